@@ -1,0 +1,35 @@
+# Two commands on a fresh machine with Python 3.11, pip and make: `make demo`, `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test lint release release-check clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+setup: $(STAMP)
+
+demo: setup
+	$(PY) -m grader demo
+
+test: setup lint
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+release: setup
+	$(PY) -m grader release
+
+release-check: setup
+	$(PY) -m grader release --check
+
+clean:
+	rm -rf $(VENV) build .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,69 @@
+"""The course's exercise checks: one place for the visible tests, hidden tests, `grader check`.
+
+In a notebook's test cell::
+
+    check("layer_norm", layer_norm)        # visible checks: passes quietly, or says what is wrong
+    ### BEGIN HIDDEN TESTS
+    grade("layer_norm", layer_norm)        # every check; the cell's value is the partial score
+    ### END HIDDEN TESTS
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from typing import Any
+
+from grader.checks.core import Exercise, Verdict, judge, plan
+from grader.checks.integrity import forbidden_uses, integrity_message
+from grader.checks.layer_norm import LAYER_NORM, LAYER_NORM_BACKWARD, STABLE_VAR
+from grader.checks.probe import call
+
+EXERCISES: dict[str, Exercise] = {e.name: e for e in (LAYER_NORM, STABLE_VAR, LAYER_NORM_BACKWARD)}
+
+
+class CheckFailed(AssertionError):
+    """A failed exercise, shown to the student as plain words instead of a traceback."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython's hook for custom error display
+        return str(self).splitlines()
+
+
+def source_of(answer: Any) -> str:
+    try:
+        return inspect.getsource(answer)
+    except (OSError, TypeError):
+        return ""
+
+
+def run(exercise: Exercise, answer: Any, *, hidden: bool, seed: int, source: str) -> Verdict:
+    """Every selected check, run in this process (the student's own kernel or `grader check`)."""
+    planned = plan(exercise, hidden, seed)
+    outputs, runtime = [], set()
+    for _, inputs in planned:
+        got, seen = call(exercise, answer, inputs)
+        outputs.append(got)
+        runtime |= seen
+    integrity = integrity_message(exercise, forbidden_uses(source, exercise), runtime)
+    return judge(exercise, planned, outputs, integrity)
+
+
+def _autograding() -> bool:
+    return os.environ.get("NBGRADER_EXECUTION") == "autograde"
+
+
+def check(name: str, answer: Any) -> None:
+    """The visible checks of exercise `name`; raises CheckFailed with plain words when wrong."""
+    verdict = run(EXERCISES[name], answer, hidden=False, seed=0, source=source_of(answer))
+    if verdict.passed or _autograding():  # when grading, the hidden part decides the score
+        print(verdict.render())
+    else:
+        raise CheckFailed(verdict.render())
+
+
+def grade(name: str, answer: Any) -> float:
+    """Every check of exercise `name`; prints the feedback and returns the points earned."""
+    seed = int(os.environ.get("NORM_COURSE_SEED", "0"))
+    verdict = run(EXERCISES[name], answer, hidden=True, seed=seed, source=source_of(answer))
+    print(verdict.render())
+    return verdict.score

@@ -1,0 +1,231 @@
+"""What an exercise check is, and how a student's answer is judged against it.
+
+One declaration per exercise serves the visible tests, the hidden tests and ``grader check``.
+Every check has the same three steps, kept apart so that the autograder can run the middle one
+in a sandbox and the other two in its own process:
+
+1. choose inputs              ``Check.inputs(rng) -> Arrays``               (grader)
+2. call the student's code    ``Exercise.probe(answer, inputs) -> Arrays``  (student's process)
+3. compare plain arrays       ``judge(exercise, inputs, outputs)``          (grader)
+
+Step 3 runs the same probe on the reference and on every known mistake, so a wrong answer is
+not only failed but named: "your output is what ε outside the square root would give".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+Arrays = dict[str, np.ndarray]
+Probe = Callable[[Any, Arrays], Arrays]
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A classic wrong answer, written out so its output can be recognized."""
+
+    name: str
+    message: str  # one sentence to the student: what they did, not the fix's code
+    impl: Any  # same interface as the reference, deliberately wrong
+
+
+@dataclass(frozen=True)
+class Check:
+    """One property of the answer, tested on inputs chosen to separate right from wrong."""
+
+    description: str  # shown in feedback; says what is tested, never the inputs' values
+    inputs: Callable[[np.random.Generator], Arrays]
+    points: float
+    hidden: bool = False
+    rtol: float = 1e-5
+    atol: float = 1e-5
+    # Compare against the reference run in float64 (the ground truth) rather than in the
+    # input's dtype: needed where a correct float32 answer is itself off by ~1e-3 (mean 1e4).
+    float64_oracle: bool = False
+
+
+@dataclass(frozen=True)
+class Exercise:
+    name: str  # the function or class the student defines
+    reference: Any
+    probe: Probe
+    checks: tuple[Check, ...]
+    mistakes: tuple[Mistake, ...] = ()
+    # Library calls that would do the exercise for the student (torch function names).
+    forbidden: tuple[str, ...] = ()
+
+    @property
+    def points(self) -> float:
+        return sum(c.points for c in self.checks)
+
+
+@dataclass(frozen=True)
+class StudentError:
+    """The student's code raised (or crashed) instead of returning arrays."""
+
+    kind: str  # exception type name, or "crash" / "timeout"
+    message: str
+
+    def describe(self, name: str) -> str:
+        if self.kind == "NotImplementedError":
+            return f"`{name}` is not implemented yet (it raises NotImplementedError)."
+        if self.kind in {"returned", "crash", "timeout", "missing"}:
+            return self.message
+        return f"`{name}` raised {self.kind}: {self.message}"
+
+
+Outputs = Arrays | StudentError
+
+
+@dataclass
+class CheckOutcome:
+    check: Check
+    passed: bool
+    problem: str = ""  # plain words; empty when passed
+    mistake: Mistake | None = None
+
+
+@dataclass
+class Verdict:
+    exercise: Exercise
+    outcomes: list[CheckOutcome] = field(default_factory=list)
+    integrity: str = ""  # why the exercise earns nothing despite its outputs
+    graded: bool = True  # False: only the visible checks ran (a student's own test run)
+
+    @property
+    def score(self) -> float:
+        if self.integrity:
+            return 0.0
+        return float(sum(o.check.points for o in self.outcomes if o.passed))
+
+    @property
+    def max_score(self) -> float:
+        return float(sum(o.check.points for o in self.outcomes))
+
+    @property
+    def passed(self) -> bool:
+        return not self.integrity and all(o.passed for o in self.outcomes)
+
+    @property
+    def diagnoses(self) -> list[Mistake]:
+        seen: dict[str, Mistake] = {}
+        for o in self.outcomes:
+            if o.mistake is not None:
+                seen.setdefault(o.mistake.name, o.mistake)
+        return list(seen.values())
+
+    def render(self) -> str:
+        """Feedback in plain words: never inputs, reference outputs or reference code."""
+        name, total = self.exercise.name, len(self.outcomes)
+        if self.graded:
+            head = f"{name}: {self.score:g} / {self.max_score:g} points"
+        else:
+            passing = sum(o.passed for o in self.outcomes)
+            head = f"{name}: {passing} of {total} visible checks pass"
+            head += "" if passing < total else " (more checks run when graded)"
+        lines = [head]
+        if self.integrity:
+            lines.append(f"  ✗ {self.integrity}")
+        for o in self.outcomes:
+            tag = " (hidden)" if o.check.hidden else ""
+            if o.passed:
+                lines.append(f"  ✓ {o.check.description}{tag}")
+            else:
+                lines.append(f"  ✗ {o.check.description}{tag}: {o.problem}")
+        for m in self.diagnoses:
+            lines.append(f"  → {m.message}")
+        return "\n".join(lines)
+
+
+class UnusableOutput(TypeError):
+    pass
+
+
+def to_array(value: Any) -> np.ndarray:
+    """A plain numeric array from whatever the student returned (tensor, array, list)."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    array = np.asarray(value)
+    if not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_):
+        raise UnusableOutput(f"returned {type(value).__name__}, not a tensor of numbers")
+    return array
+
+
+def upcast(inputs: Arrays) -> Arrays:
+    return {
+        k: v.astype(np.float64) if np.issubdtype(v.dtype, np.floating) else v
+        for k, v in inputs.items()
+    }
+
+
+def _difference(got: Arrays, want: Arrays, check: Check) -> str:
+    """Why `got` is not `want`, in plain words; empty when they agree within tolerance."""
+    for key, expected in want.items():
+        if key not in got:
+            return f"no `{key}` was returned"
+        actual = got[key]
+        if actual.shape != expected.shape:
+            return f"`{key}` has shape {actual.shape}, expected {expected.shape}"
+        if not np.all(np.isfinite(actual) | ~np.isfinite(expected)):
+            return f"`{key}` contains NaN or infinity"
+        if not np.allclose(actual, expected, rtol=check.rtol, atol=check.atol, equal_nan=True):
+            return f"`{key}` differs from the correct values beyond the tolerance"
+    return ""
+
+
+def outputs_of(exercise: Exercise, impl: Any, inputs: Arrays) -> Arrays:
+    """Run the exercise's probe on `impl` (the student's, the reference, or a mistake)."""
+    return {k: to_array(v) for k, v in exercise.probe(impl, inputs).items()}
+
+
+def expected_outputs(exercise: Exercise, check: Check, inputs: Arrays) -> Arrays:
+    ref_inputs = upcast(inputs) if check.float64_oracle else inputs
+    return outputs_of(exercise, exercise.reference, ref_inputs)
+
+
+def _diagnose(exercise: Exercise, check: Check, inputs: Arrays, got: Arrays, want: Arrays):
+    """The known mistake whose output the student's output matches, if any."""
+    for mistake in exercise.mistakes:
+        try:
+            wrong = outputs_of(exercise, mistake.impl, inputs)
+        except Exception:  # a mistake may not apply to every input (e.g. shapes)
+            continue
+        if _difference(wrong, want, check) and not _difference(got, wrong, check):
+            return mistake
+    return None
+
+
+def judge_check(exercise: Exercise, check: Check, inputs: Arrays, got: Outputs) -> CheckOutcome:
+    if isinstance(got, StudentError):
+        return CheckOutcome(check, False, got.describe(exercise.name))
+    want = expected_outputs(exercise, check, inputs)
+    problem = _difference(got, want, check)
+    if not problem:
+        return CheckOutcome(check, True)
+    return CheckOutcome(check, False, problem, _diagnose(exercise, check, inputs, got, want))
+
+
+Plan = list[tuple[Check, Arrays]]
+
+
+def plan(exercise: Exercise, hidden: bool, seed: int) -> Plan:
+    """The checks to run and their inputs. Visible checks always draw the same inputs (what the
+    student sees is what is graded); hidden ones draw from the grading run's seed."""
+    return [
+        (c, c.inputs(np.random.default_rng([seed if c.hidden else 0, i])))
+        for i, c in enumerate(exercise.checks)
+        if hidden or not c.hidden
+    ]
+
+
+def judge(
+    exercise: Exercise, planned: Plan, outputs: list[Outputs], integrity: str = ""
+) -> Verdict:
+    """Judge the outputs the student's code produced for each planned check, in order."""
+    outcomes = [judge_check(exercise, c, i, o) for (c, i), o in zip(planned, outputs, strict=True)]
+    graded = any(c.hidden for c, _ in planned) or not any(c.hidden for c in exercise.checks)
+    return Verdict(exercise, outcomes, integrity, graded)

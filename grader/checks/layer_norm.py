@@ -1,0 +1,353 @@
+"""Checks for notebook 01: `layer_norm`, `stable_var`, `layer_norm_backward`.
+
+Each hidden input is chosen to separate the answer from one classic mistake by far more than
+the tolerance (effect sizes measured in ../shared/reference/measured-notes.md):
+rows of 4 features (unbiased variance: 0.53), variance near ε (ε outside the root: 2.7),
+mean 1e4 in float32 (E[x²]−E[x]²: ~1.5e3, against ~3e-3 for a correct float32 answer).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import torch
+
+from grader.checks.core import Arrays, Check, Exercise, Mistake
+from grader.checks.probe import tensors
+from norm_utils import functional as ref
+
+# ---------------------------------------------------------------------------------------------
+# layer_norm
+
+
+def _trailing(x: torch.Tensor, normalized_shape) -> tuple[int, ...]:
+    return tuple(range(-len(normalized_shape), 0))
+
+
+def _layer_norm_variant(
+    x,
+    normalized_shape,
+    weight=None,
+    bias=None,
+    eps=1e-5,
+    *,
+    correction=0,
+    eps_outside=False,
+    batch_axis=False,
+    last_dim_only=False,
+    affine=True,
+    affine_first=False,
+    naive=False,
+):
+    """One layer norm with a switch per classic mistake; all switches off is correct."""
+    dims = (0,) if batch_axis else (-1,) if last_dim_only else _trailing(x, normalized_shape)
+    if affine_first and weight is not None:
+        x = x * weight + bias
+    mean = x.mean(dims, keepdim=True)
+    if naive:
+        var = (x * x).mean(dims, keepdim=True) - mean * mean
+    else:
+        var = x.var(dims, keepdim=True, correction=correction)
+    x_hat = (x - mean) / (var.sqrt() + eps) if eps_outside else (x - mean) / (var + eps).sqrt()
+    if affine and not affine_first and weight is not None:
+        x_hat = x_hat * weight + bias
+    return x_hat
+
+
+LAYER_NORM_MISTAKES = (
+    Mistake(
+        "unbiased variance",
+        "Your variance divides by n−1 (the unbiased estimator); LayerNorm uses the biased one, "
+        "dividing by n (`correction=0`, `unbiased=False`).",
+        partial(_layer_norm_variant, correction=1),
+    ),
+    Mistake(
+        "eps outside the square root",
+        "ε is added outside the square root, (x−μ)/(σ+ε); LayerNorm adds it to the variance, "
+        "under the root, which matters when the variance is close to ε.",
+        partial(_layer_norm_variant, eps_outside=True),
+    ),
+    Mistake(
+        "statistics over the batch",
+        "Your statistics run over the batch axis (like BatchNorm); LayerNorm computes them per "
+        "sample, over the trailing `normalized_shape` dims.",
+        partial(_layer_norm_variant, batch_axis=True),
+    ),
+    Mistake(
+        "last dim only",
+        "Your statistics cover only the last dim; with a multi-dim `normalized_shape` they must "
+        "run over all of its trailing dims together.",
+        partial(_layer_norm_variant, last_dim_only=True),
+    ),
+    Mistake(
+        "affine ignored",
+        "`weight` and `bias` are not applied: the output must be scaled by γ and shifted by β.",
+        partial(_layer_norm_variant, affine=False),
+    ),
+    Mistake(
+        "affine before normalizing",
+        "γ and β are applied before normalizing; they belong after it, on x̂.",
+        partial(_layer_norm_variant, affine_first=True),
+    ),
+    Mistake(
+        "E[x²]−E[x]² cancellation",
+        "Your variance is computed as E[x²]−E[x]², which cancels catastrophically in float32 when "
+        "the mean is large; subtract the mean first (two-pass) or use Welford.",
+        partial(_layer_norm_variant, naive=True),
+    ),
+)
+
+
+def _probe_layer_norm(layer_norm, a: Arrays) -> Arrays:
+    x, weight, bias = tensors(a, "x", "weight", "bias")
+    shape = tuple(int(d) for d in a["normalized_shape"])
+    return {"y": layer_norm(x, shape, weight, bias, eps=float(a["eps"]))}
+
+
+def _ln_case(x: np.ndarray, ndims: int, rng=None, eps: float = 1e-5) -> Arrays:
+    """Inputs for one call; with `rng`, a random weight and bias of shape normalized_shape."""
+    shape = x.shape[-ndims:]
+    case = {"x": x, "normalized_shape": np.array(shape), "eps": np.array(eps)}
+    if rng is not None:
+        case["weight"] = rng.normal(1.0, 0.5, shape).astype(x.dtype)
+        case["bias"] = rng.normal(0.0, 0.5, shape).astype(x.dtype)
+    return case
+
+
+def _randn(rng, *shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+LAYER_NORM = Exercise(
+    name="layer_norm",
+    reference=ref.layer_norm,
+    probe=_probe_layer_norm,
+    forbidden=("layer_norm", "native_layer_norm", "LayerNorm", "group_norm", "GroupNorm"),
+    mistakes=LAYER_NORM_MISTAKES,
+    checks=(
+        Check(
+            "reproduces the seed's example: tokens (1, 3) and (10, 14) each become (−1, 1)",
+            lambda rng: _ln_case(np.array([[[1.0, 3.0], [10.0, 14.0]]], np.float32), 1),
+            points=1,
+        ),
+        Check(
+            "normalizes each token of a (3, 4, 8) batch over its 8 features",
+            lambda rng: _ln_case(_randn(rng, 3, 4, 8), 1),
+            points=1,
+        ),
+        Check(
+            "normalized_shape spanning the last two dims of a (2, 3, 4, 5) input",
+            lambda rng: _ln_case(_randn(rng, 2, 3, 4, 5), 2),
+            points=1,
+        ),
+        Check(
+            "rows of only 4 features (which variance estimator?)",
+            lambda rng: _ln_case(_randn(rng, 6, 4), 1),
+            points=1.5,
+            hidden=True,
+        ),
+        Check(
+            "rows whose variance is close to ε",
+            lambda rng: _ln_case(_randn(rng, 5, 16) * 1e-3, 1),
+            points=2,
+            hidden=True,
+        ),
+        Check(
+            "normalized_shape spanning the last three dims, per sample",
+            lambda rng: _ln_case(_randn(rng, 3, 2, 3, 4), 3),
+            points=1,
+            hidden=True,
+        ),
+        Check(
+            "weight and bias of shape normalized_shape",
+            lambda rng: _ln_case(_randn(rng, 4, 3, 6), 2, rng),
+            points=1,
+            hidden=True,
+        ),
+        Check(
+            "float32 rows with mean 1e4 (numerically stable statistics)",
+            lambda rng: _ln_case(_randn(rng, 8, 256) + np.float32(1e4), 1),
+            points=1,
+            hidden=True,
+            atol=0.05,  # a correct float32 answer is within ~3e-3 of the float64 truth
+            float64_oracle=True,
+        ),
+        Check(
+            "constant rows give exactly the bias",
+            lambda rng: _ln_case(np.full((3, 8), 7.0, np.float32), 1, rng),
+            points=0.5,
+            hidden=True,
+        ),
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------
+# stable_var
+
+
+def _var_reference(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    return x.var(dim, correction=0)
+
+
+def _var_naive(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    return (x * x).mean(dim) - x.mean(dim) ** 2
+
+
+def _probe_var(stable_var, a: Arrays) -> Arrays:
+    (x,) = tensors(a, "x")
+    return {"var": stable_var(x, dim=int(a["dim"]))}
+
+
+def _var_case(x: np.ndarray, dim: int = -1) -> Arrays:
+    return {"x": x, "dim": np.array(dim)}
+
+
+STABLE_VAR = Exercise(
+    name="stable_var",
+    reference=_var_reference,
+    probe=_probe_var,
+    forbidden=("var", "var_mean", "std", "std_mean", "layer_norm", "native_layer_norm"),
+    mistakes=(
+        Mistake(
+            "E[x²]−E[x]² cancellation",
+            "Your variance is E[x²]−E[x]², which loses every significant digit in float32 when "
+            "the mean is large (it can even go negative); subtract the mean first.",
+            _var_naive,
+        ),
+        Mistake(
+            "unbiased variance",
+            "Your variance divides by n−1; the one normalization layers use divides by n.",
+            lambda x, dim=-1: x.var(dim, correction=1),
+        ),
+    ),
+    checks=(
+        Check(
+            "per-row biased variance of a (4, 10) input",
+            lambda rng: _var_case(_randn(rng, 4, 10)),
+            points=1,
+        ),
+        Check(
+            "float32 rows with mean 1e4 and variance about 1",
+            lambda rng: _var_case(_randn(rng, 6, 512) + np.float32(1e4)),
+            points=1,
+            hidden=True,
+            atol=0.02,  # a two-pass float32 answer is within ~1e-3 here; naive is off by ~10
+            float64_oracle=True,
+        ),
+        Check(
+            "constant rows have zero variance, never negative",
+            lambda rng: _var_case(np.full((3, 64), 1234.5678, np.float32)),
+            points=0.5,
+            hidden=True,
+        ),
+        Check(
+            "variance along dim 0 of a (2, 5) input",
+            lambda rng: _var_case(_randn(rng, 2, 5), dim=0),
+            points=0.5,
+            hidden=True,
+        ),
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------
+# layer_norm_backward
+
+
+def _backward_variant(
+    grad_out, x, normalized_shape, weight=None, eps=1e-5, *, through_stats=True, use_weight=True
+):
+    """The closed-form backward with a switch per classic slip; defaults are correct."""
+    dims = _trailing(x, normalized_shape)
+    mean = x.mean(dims, keepdim=True)
+    rstd = (x.var(dims, keepdim=True, correction=0) + eps).rsqrt()
+    x_hat = (x - mean) * rstd
+    g = grad_out * weight if weight is not None and use_weight else grad_out
+    if through_stats:
+        g = g - g.mean(dims, keepdim=True) - x_hat * (g * x_hat).mean(dims, keepdim=True)
+    grad_x = g * rstd
+    if weight is None:
+        return grad_x, None, None
+    lead = tuple(range(x.dim() - len(normalized_shape)))
+    return grad_x, (grad_out * x_hat).sum(lead), grad_out.sum(lead)
+
+
+def _probe_backward(layer_norm_backward, a: Arrays) -> Arrays:
+    grad_out, x, weight = tensors(a, "grad_out", "x", "weight")
+    shape = tuple(int(d) for d in a["normalized_shape"])
+    grads = layer_norm_backward(grad_out, x, shape, weight, eps=float(a["eps"]))
+    names = ("grad_x", "grad_weight", "grad_bias")
+    return {n: g for n, g in zip(names, grads, strict=True) if g is not None}
+
+
+def _backward_case(rng, *shape, ndims=1, weight=True, scale=1.0) -> Arrays:
+    x = rng.standard_normal(shape) * scale
+    case = {
+        "grad_out": rng.standard_normal(shape),
+        "x": x,
+        "normalized_shape": np.array(shape[-ndims:]),
+        "eps": np.array(1e-5),
+    }
+    if weight:
+        case["weight"] = rng.normal(1.0, 0.5, shape[-ndims:])
+    return case
+
+
+_F64 = {"rtol": 1e-7, "atol": 1e-9}
+
+LAYER_NORM_BACKWARD = Exercise(
+    name="layer_norm_backward",
+    reference=ref.layer_norm_backward,
+    probe=_probe_backward,
+    forbidden=("layer_norm", "native_layer_norm", "native_layer_norm_backward", "LayerNorm"),
+    mistakes=(
+        Mistake(
+            "statistics treated as constants",
+            "Your grad_x treats μ and σ as constants; they depend on x, which adds the two "
+            "mean-subtracted terms of the closed form.",
+            partial(_backward_variant, through_stats=False),
+        ),
+        Mistake(
+            "weight left out of grad_x",
+            "Your grad_x ignores γ: the gradient reaching x̂ is grad_out·γ.",
+            partial(_backward_variant, use_weight=False),
+        ),
+    ),
+    checks=(
+        Check(
+            "float64 (4, 6) rows with a weight, against autograd",
+            lambda rng: _backward_case(rng, 4, 6),
+            points=2,
+            **_F64,
+        ),
+        Check(
+            "leading dims (2, 3, 8): grad_weight and grad_bias sum over all of them",
+            lambda rng: _backward_case(rng, 2, 3, 8),
+            points=1,
+            hidden=True,
+            **_F64,
+        ),
+        Check(
+            "normalized_shape spanning two trailing dims",
+            lambda rng: _backward_case(rng, 3, 4, 5, ndims=2),
+            points=2,
+            hidden=True,
+            **_F64,
+        ),
+        Check(
+            "no weight: grad_x alone",
+            lambda rng: _backward_case(rng, 5, 7, weight=False),
+            points=0.5,
+            hidden=True,
+            **_F64,
+        ),
+        Check(
+            "rows whose variance is close to ε",
+            lambda rng: _backward_case(rng, 3, 16, scale=1e-3),
+            points=0.5,
+            hidden=True,
+            rtol=1e-6,
+            atol=1e-6,
+        ),
+    ),
+)

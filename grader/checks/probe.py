@@ -1,0 +1,82 @@
+"""The student's side of a check: call the answer on given inputs, return plain arrays.
+
+This module runs wherever the student's code runs (their kernel, or the grading sandbox). It
+trusts nothing the answer returns beyond converting it to numbers, and it records any call to a
+library normalization the exercise forbids, so that a run-time use can be reported even when
+the source hides it from the static scan.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from grader.checks.core import Arrays, Exercise, Outputs, StudentError, UnusableOutput, outputs_of
+
+
+class _TorchTripwire(TorchFunctionMode):
+    def __init__(self, names: frozenset[str], seen: set[str]):
+        super().__init__()
+        self.names, self.seen = names, seen
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in self.names:
+            self.seen.add(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+class _KernelTripwire(TorchDispatchMode):
+    """Sees the aten kernels, so `torch.ops.aten.native_layer_norm(...)` is caught too."""
+
+    def __init__(self, names: frozenset[str], seen: set[str]):
+        super().__init__()
+        self.names, self.seen = names, seen
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._overloadpacket.__name__
+        if name in self.names:
+            self.seen.add(name)
+        return func(*args, **(kwargs or {}))
+
+
+def _reference_calls(names: frozenset[str], seen: set[str]):
+    """A profile hook noting calls into norm_utils' versions of the forbidden functions."""
+
+    def hook(frame, event, arg):
+        module = frame.f_globals.get("__name__", "")
+        if event == "call" and module.startswith("norm_utils") and frame.f_code.co_name in names:
+            seen.add(f"norm_utils.{frame.f_code.co_name}")
+
+    return hook
+
+
+def forbidden_names(exercise: Exercise) -> frozenset[str]:
+    return frozenset(exercise.forbidden)
+
+
+def call(exercise: Exercise, answer: Any, inputs: Arrays) -> tuple[Outputs, set[str]]:
+    """Run the exercise's probe on the student's answer; return its outputs and forbidden calls."""
+    names, seen = forbidden_names(exercise), set()
+    if getattr(answer, "__module__", "").startswith("norm_utils"):
+        seen.add(f"norm_utils.{getattr(answer, '__name__', exercise.name)}")
+    previous = sys.getprofile()
+    try:
+        sys.setprofile(_reference_calls(names | {exercise.name}, seen))
+        with _TorchTripwire(names, seen), _KernelTripwire(names, seen):
+            outputs: Outputs = outputs_of(exercise, answer, inputs)
+    except UnusableOutput as error:
+        outputs = StudentError("returned", f"`{exercise.name}` {error}.")
+    except Exception as error:
+        outputs = StudentError(type(error).__name__, str(error)[:300])
+    finally:
+        sys.setprofile(previous)
+    return outputs, seen
+
+
+def tensors(inputs: Arrays, *names: str) -> list[torch.Tensor | None]:
+    """Tensors for the named inputs, None for those absent (an optional argument left out)."""
+    return [torch.from_numpy(inputs[n].copy()) if n in inputs else None for n in names]

@@ -1,0 +1,47 @@
+"""Generate the student release (notebooks/) from the solutions (solutions/) with nbgrader."""
+
+from __future__ import annotations
+
+import filecmp
+import tempfile
+from pathlib import Path
+
+from nbgrader.apps import NbGraderAPI
+
+from grader.config import RELEASE, assignments, course_config
+
+
+class ReleaseError(RuntimeError):
+    pass
+
+
+def generate(target: Path = RELEASE, db: Path | None = None) -> None:
+    """Write every assignment's student version under `target`; record it in gradebook `db`.
+
+    Without `db` the gradebook is a throwaway: the release itself needs none.
+    """
+    with tempfile.TemporaryDirectory() as scratch:
+        config = course_config(root=Path(scratch), db=db, release=target)
+        api = NbGraderAPI(config=config)
+        for assignment in assignments():
+            result = api.generate_assignment(assignment, force=True, create=True)
+            if not result["success"]:
+                raise ReleaseError(f"{assignment}: {result.get('error') or result.get('log')}")
+
+
+def _files(root: Path) -> set[Path]:
+    return {p.relative_to(root) for p in root.rglob("*") if p.is_file()}
+
+
+def stale_files() -> list[str]:
+    """Files of the committed release that differ from a fresh generation (or are missing)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        fresh = Path(scratch) / "notebooks"
+        generate(fresh)
+        names = _files(fresh) | (_files(RELEASE) if RELEASE.exists() else set())
+        return sorted(
+            str(Path("notebooks") / n)
+            for n in names
+            if not ((fresh / n).is_file() and (RELEASE / n).is_file())
+            or not filecmp.cmp(fresh / n, RELEASE / n, shallow=False)
+        )
