@@ -61,7 +61,7 @@ def forbidden_names(exercise: Exercise) -> frozenset[str]:
 def call(exercise: Exercise, answer: Any, inputs: Arrays) -> tuple[Outputs, set[str]]:
     """Run the exercise's probe on the student's answer; return its outputs and forbidden calls."""
     names, seen = forbidden_names(exercise), set()
-    if getattr(answer, "__module__", "").startswith("norm_utils"):
+    if (getattr(answer, "__module__", None) or "").startswith("norm_utils"):
         seen.add(f"norm_utils.{getattr(answer, '__name__', exercise.name)}")
     previous = sys.getprofile()
     try:

@@ -1,0 +1,77 @@
+"""Reading exercises out of notebooks: which exercises a notebook holds, and a student's answers.
+
+Answer cells are found by their nbgrader `grade_id` (the exercise's name); when a student's
+editor stripped the metadata, by the cell that defines the function or class of that name.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+from grader.checks import EXERCISES
+from grader.config import SOLUTIONS
+
+SETUP_ID = "imports"
+
+
+def _grade_id(cell) -> str:
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+
+
+def _defines(source: str, name: str) -> bool:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return bool(re.search(rf"^(def|class)\s+{re.escape(name)}\b", source, re.M))
+    return any(isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name == name for n in tree.body)
+
+
+def source_notebook(assignment: str) -> nbformat.NotebookNode:
+    return nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
+
+
+def exercises_of(notebook: nbformat.NotebookNode) -> list[str]:
+    """The graded exercises of a (source) notebook, in order."""
+    return [_grade_id(c) for c in notebook.cells if _grade_id(c) in EXERCISES]
+
+
+def setup_code(notebook: nbformat.NotebookNode) -> str:
+    """The locked imports cell every answer may rely on (taken from the source, not the student)."""
+    return "\n".join(c.source for c in notebook.cells if _grade_id(c) == SETUP_ID)
+
+
+def answer_source(notebook: nbformat.NotebookNode, name: str) -> str | None:
+    """The student's answer cell for exercise `name`, or None if there is none."""
+    code = [c for c in notebook.cells if c.cell_type == "code"]
+    tagged = [c for c in code if _grade_id(c) == name]
+    found = tagged or [c for c in code if _defines(c.source, name)]
+    return (
+        found[-1].source if found else None
+    )  # a duplicated cell: the last one wins, as in Jupyter
+
+
+def load_answer(setup: str, source: str, name: str) -> Any:
+    """Execute the setup and the answer cell in a fresh namespace; return the object `name`."""
+    namespace: dict[str, Any] = {"__name__": "__answer__"}
+    exec(compile(setup, "<setup>", "exec"), namespace)
+    exec(compile(source, f"<answer {name}>", "exec"), namespace)
+    if name not in namespace:
+        raise NameError(f"the answer cell does not define `{name}`")
+    return namespace[name]
+
+
+def read_notebook(path: Path) -> nbformat.NotebookNode:
+    """A notebook from disk; raises ValueError with a plain reason when it cannot be read."""
+    try:
+        return nbformat.read(path, as_version=4)
+    except FileNotFoundError:
+        raise ValueError(f"{path.name} is missing") from None
+    except Exception as error:  # invalid JSON, wrong schema, binary junk
+        raise ValueError(
+            f"{path.name} is not a readable notebook ({type(error).__name__})"
+        ) from None

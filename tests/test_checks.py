@@ -1,0 +1,157 @@
+"""The check library judged on known answers: the reference, each classic mistake, cheats."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F  # noqa: F401 (used by the exec'd answers)
+
+import norm_utils
+from grader.checks import EXERCISES, CheckFailed, check, grade, run
+from grader.checks.core import StudentError, judge, plan
+from grader.config import assignments
+from grader.notebook import answer_source, exercises_of, load_answer, setup_code, source_notebook
+
+CASES = [(e, m) for e in EXERCISES.values() for m in e.mistakes]
+
+
+def answer_from(source: str, name: str):
+    namespace = {"torch": torch, "F": torch.nn.functional, "nn": torch.nn, "norm_utils": norm_utils}
+    exec(compile(textwrap.dedent(source), f"<answer {name}>", "exec"), namespace)
+    return namespace[name]
+
+
+def solution_answers():
+    """(exercise, answer, source) for every exercise, from the solution notebooks' answer cells."""
+    for assignment in assignments():
+        notebook = source_notebook(assignment)
+        for name in exercises_of(notebook):
+            source = answer_source(notebook, name)
+            yield EXERCISES[name], load_answer(setup_code(notebook), source, name), source
+
+
+def test_every_exercise_has_a_solution_cell():
+    assert {e.name for e, _, _ in solution_answers()} == set(EXERCISES)
+
+
+@pytest.mark.parametrize(("exercise", "answer", "source"), list(solution_answers()), ids=str)
+def test_the_solution_earns_full_marks_with_no_diagnosis(exercise, answer, source):
+    verdict = run(exercise, answer, hidden=True, seed=123, source=source)
+    assert verdict.score == exercise.points, verdict.render()
+    assert verdict.passed and not verdict.diagnoses
+
+
+@pytest.mark.parametrize(("exercise", "mistake"), CASES, ids=lambda c: getattr(c, "name", ""))
+def test_each_classic_mistake_is_named_and_costs_points(exercise, mistake):
+    verdict = run(exercise, mistake.impl, hidden=True, seed=7, source="")
+    assert verdict.score < exercise.points
+    assert mistake in verdict.diagnoses, verdict.render()
+    assert mistake.message in verdict.render()
+
+
+@pytest.mark.parametrize(("exercise", "mistake"), CASES, ids=lambda c: getattr(c, "name", ""))
+def test_a_mistake_is_caught_whatever_the_grading_seed(exercise, mistake):
+    for seed in (0, 1, 2**31 - 1):
+        assert mistake in run(exercise, mistake.impl, hidden=True, seed=seed, source="").diagnoses
+
+
+def test_partial_credit_right_statistics_wrong_affine_keeps_most_points():
+    exercise = EXERCISES["layer_norm"]
+    affine_ignored = next(m for m in exercise.mistakes if m.name == "affine ignored")
+    verdict = run(exercise, affine_ignored.impl, hidden=True, seed=0, source="")
+    assert exercise.points / 2 < verdict.score < exercise.points
+
+
+def test_visible_checks_are_a_subset_and_never_hidden():
+    for exercise in EXERCISES.values():
+        visible = plan(exercise, hidden=False, seed=0)
+        assert visible and all(not c.hidden for c, _ in visible)
+        assert len(visible) < len(plan(exercise, hidden=True, seed=0))
+
+
+def test_hidden_inputs_depend_on_the_grading_seed_visible_ones_do_not():
+    first, second = (
+        plan(EXERCISES["layer_norm"], True, seed=1),
+        plan(EXERCISES["layer_norm"], True, seed=2),
+    )
+    for (check_, x), (_, y) in zip(first, second, strict=True):
+        differs = any(not np.array_equal(x[k], y[k]) for k in x)
+        assert differs == check_.hidden
+
+
+CHEATS = {
+    "layer_norm": [
+        "def layer_norm(x, s, w=None, b=None, eps=1e-5):\n    return F.layer_norm(x, s, w, b, eps)",
+        "def layer_norm(x, s, w=None, b=None, eps=1e-5):\n"
+        "    return getattr(F, 'layer_' + 'norm')(x, s, w, b, eps)",
+        "def layer_norm(x, s, w=None, b=None, eps=1e-5):\n"
+        "    return norm_utils.layer_norm(x, s, w, b, eps)",
+        "def layer_norm(x, s, w=None, b=None, eps=1e-5):\n"
+        "    return torch.nn.LayerNorm(s, eps=eps, elementwise_affine=False)(x) * (1 if w is None "
+        "else w) + (0 if b is None else b)",
+    ],
+    "stable_var": ["def stable_var(x, dim=-1):\n    return torch.var(x, dim, correction=0)"],
+    "layer_norm_backward": [
+        "def layer_norm_backward(g, x, s, w=None, eps=1e-5):\n"
+        "    return norm_utils.layer_norm_backward(g, x, s, w, eps)"
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "source"), [(n, s) for n, ss in CHEATS.items() for s in ss], ids=lambda v: v[:30]
+)
+def test_library_normalization_where_an_implementation_is_asked_earns_zero(name, source):
+    exercise = EXERCISES[name]
+    verdict = run(exercise, answer_from(source, name), hidden=True, seed=0, source=source)
+    assert verdict.score == 0
+    assert "earns no points" in verdict.render()
+
+
+def test_runtime_tripwire_catches_what_the_source_scan_cannot_see():
+    source = "def layer_norm(x, s, w=None, b=None, eps=1e-5):\n    return HIDDEN(x, s, w, b, eps)"
+    answer = answer_from("HIDDEN = None\n" + source, "layer_norm")
+    answer.__globals__["HIDDEN"] = torch.nn.functional.layer_norm
+    verdict = run(EXERCISES["layer_norm"], answer, hidden=True, seed=0, source=source)
+    assert verdict.score == 0 and "layer_norm" in verdict.integrity
+
+
+def test_an_unimplemented_stub_is_described_in_plain_words():
+    def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+        raise NotImplementedError()
+
+    with pytest.raises(CheckFailed) as failure:
+        check("layer_norm", layer_norm)
+    assert "not implemented yet" in str(failure.value)
+    assert failure.value._render_traceback_() == str(failure.value).splitlines()
+
+
+def test_a_wrong_return_type_is_described_not_crashed_on():
+    verdict = run(EXERCISES["stable_var"], lambda x, dim=-1: "0.5", hidden=True, seed=0, source="")
+    assert verdict.score == 0 and "not a tensor of numbers" in verdict.render()
+
+
+def test_grade_returns_the_partial_score_and_check_stays_quiet_when_autograding(
+    monkeypatch, capsys
+):
+    exercise = EXERCISES["layer_norm"]
+    unbiased = next(m for m in exercise.mistakes if m.name == "unbiased variance").impl
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    check("layer_norm", unbiased)  # would raise for a student; when grading the score decides
+    score = grade("layer_norm", unbiased)
+    assert 0 < score < exercise.points
+    assert "n−1" in capsys.readouterr().out
+
+
+def test_feedback_never_shows_hidden_inputs_or_reference_outputs():
+    exercise = EXERCISES["layer_norm"]
+    planned = plan(exercise, hidden=True, seed=5)
+    wrong = [StudentError("ValueError", "boom")] * len(planned)
+    text = judge(exercise, planned, wrong).render()
+    for _, inputs in planned:
+        for value in inputs["x"].flatten()[:5]:
+            assert f"{value:.4f}" not in text
+    assert "def " not in text and "BEGIN" not in text
