@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from pathlib import Path
 
 
 def _release(args: argparse.Namespace) -> int:
@@ -53,9 +51,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    # nbgrader runs `alembic` and kernels by name: find them in this interpreter's environment
-    # even when it was started by path (.venv/bin/python) without activating it.
-    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     return args.run(args)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 from traitlets.config import Config
@@ -12,6 +14,14 @@ RELEASE = REPO / "notebooks"
 
 # torch and matplotlib write warnings to stderr, and nbgrader zeroes a test cell with any stderr.
 WARNINGS_ON_STDERR = r"(?m)^.*(Warning|warn\(|UserWarning|DeprecationWarning|FutureWarning).*$"
+
+
+def use_this_environment() -> None:
+    """Put this interpreter's bin/ first on PATH: nbgrader runs `alembic` and kernels by name,
+    and must find this environment's even when started as .venv/bin/python without activation."""
+    bin_dir = str(Path(sys.executable).parent)
+    if os.environ.get("PATH", "").split(os.pathsep)[0] != bin_dir:
+        os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 def assignments() -> list[str]:

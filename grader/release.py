@@ -8,7 +8,7 @@ from pathlib import Path
 
 from nbgrader.apps import NbGraderAPI
 
-from grader.config import RELEASE, assignments, course_config
+from grader.config import RELEASE, assignments, course_config, use_this_environment
 
 
 class ReleaseError(RuntimeError):
@@ -20,6 +20,7 @@ def generate(target: Path = RELEASE, db: Path | None = None) -> None:
 
     Without `db` the gradebook is a throwaway: the release itself needs none.
     """
+    use_this_environment()
     with tempfile.TemporaryDirectory() as scratch:
         config = course_config(root=Path(scratch), db=db, release=target)
         api = NbGraderAPI(config=config)
@@ -33,15 +34,15 @@ def _files(root: Path) -> set[Path]:
     return {p.relative_to(root) for p in root.rglob("*") if p.is_file()}
 
 
-def stale_files() -> list[str]:
-    """Files of the committed release that differ from a fresh generation (or are missing)."""
+def stale_files(release: Path = RELEASE) -> list[str]:
+    """Files of the release that differ from a fresh generation, or exist on one side only."""
     with tempfile.TemporaryDirectory() as scratch:
         fresh = Path(scratch) / "notebooks"
         generate(fresh)
-        names = _files(fresh) | (_files(RELEASE) if RELEASE.exists() else set())
+        names = _files(fresh) | (_files(release) if release.exists() else set())
         return sorted(
-            str(Path("notebooks") / n)
+            str(Path(release.name) / n)
             for n in names
-            if not ((fresh / n).is_file() and (RELEASE / n).is_file())
-            or not filecmp.cmp(fresh / n, RELEASE / n, shallow=False)
+            if not ((fresh / n).is_file() and (release / n).is_file())
+            or not filecmp.cmp(fresh / n, release / n, shallow=False)
         )
