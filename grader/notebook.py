@@ -9,7 +9,6 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
-from typing import Any
 
 import nbformat
 
@@ -53,16 +52,6 @@ def answer_source(notebook: nbformat.NotebookNode, name: str) -> str | None:
     return (
         found[-1].source if found else None
     )  # a duplicated cell: the last one wins, as in Jupyter
-
-
-def load_answer(setup: str, source: str, name: str) -> Any:
-    """Execute the setup and the answer cell in a fresh namespace; return the object `name`."""
-    namespace: dict[str, Any] = {"__name__": "__answer__"}
-    exec(compile(setup, "<setup>", "exec"), namespace)
-    exec(compile(source, f"<answer {name}>", "exec"), namespace)
-    if name not in namespace:
-        raise NameError(f"the answer cell does not define `{name}`")
-    return namespace[name]
 
 
 def read_notebook(path: Path) -> nbformat.NotebookNode:

@@ -12,8 +12,9 @@ import torch.nn.functional as F  # noqa: F401 (used by the exec'd answers)
 import norm_utils
 from grader.checks import EXERCISES, CheckFailed, check, grade, run
 from grader.checks.core import StudentError, judge, plan
+from grader.checks.probe import load_answer
 from grader.config import assignments
-from grader.notebook import answer_source, exercises_of, load_answer, setup_code, source_notebook
+from grader.notebook import answer_source, exercises_of, setup_code, source_notebook
 
 CASES = [(e, m) for e in EXERCISES.values() for m in e.mistakes]
 

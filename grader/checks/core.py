@@ -87,6 +87,7 @@ class CheckOutcome:
     passed: bool
     problem: str = ""  # plain words; empty when passed
     mistake: Mistake | None = None
+    raised: bool = False  # the answer raised, crashed or was missing: no output to compare
 
 
 @dataclass
@@ -130,12 +131,17 @@ class Verdict:
         lines = [head]
         if self.integrity:
             lines.append(f"  ✗ {self.integrity}")
-        for o in self.outcomes:
-            tag = " (hidden)" if o.check.hidden else ""
-            if o.passed:
-                lines.append(f"  ✓ {o.check.description}{tag}")
-            else:
-                lines.append(f"  ✗ {o.check.description}{tag}: {o.problem}")
+        problems = {o.problem for o in self.outcomes}
+        if total > 1 and len(problems) == 1 and all(o.raised for o in self.outcomes):
+            # one cause for every check (missing, crashed, not implemented): say it once
+            lines.append(f"  ✗ {problems.pop()}")
+        else:
+            for o in self.outcomes:
+                tag = " (hidden)" if o.check.hidden else ""
+                mark = "✓" if o.passed else "✗"
+                lines.append(
+                    f"  {mark} {o.check.description}{tag}" + ("" if o.passed else f": {o.problem}")
+                )
         for m in self.diagnoses:
             lines.append(f"  → {m.message}")
         return "\n".join(lines)
@@ -201,7 +207,7 @@ def _diagnose(exercise: Exercise, check: Check, inputs: Arrays, got: Arrays, wan
 
 def judge_check(exercise: Exercise, check: Check, inputs: Arrays, got: Outputs) -> CheckOutcome:
     if isinstance(got, StudentError):
-        return CheckOutcome(check, False, got.describe(exercise.name))
+        return CheckOutcome(check, False, got.describe(exercise.name), raised=True)
     want = expected_outputs(exercise, check, inputs)
     problem = _difference(got, want, check)
     if not problem:

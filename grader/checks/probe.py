@@ -9,6 +9,8 @@ the source hides it from the static scan.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -54,27 +56,41 @@ def _reference_calls(names: frozenset[str], seen: set[str]):
     return hook
 
 
-def forbidden_names(exercise: Exercise) -> frozenset[str]:
-    return frozenset(exercise.forbidden)
+@contextmanager
+def tripwires(exercise: Exercise) -> Iterator[set[str]]:
+    """Note every forbidden library call made inside the block into the yielded set."""
+    names, seen = frozenset(exercise.forbidden), set()
+    previous = sys.getprofile()
+    sys.setprofile(_reference_calls(names | {exercise.name}, seen))
+    try:
+        with _TorchTripwire(names, seen), _KernelTripwire(names, seen):
+            yield seen
+    finally:
+        sys.setprofile(previous)
 
 
 def call(exercise: Exercise, answer: Any, inputs: Arrays) -> tuple[Outputs, set[str]]:
     """Run the exercise's probe on the student's answer; return its outputs and forbidden calls."""
-    names, seen = forbidden_names(exercise), set()
-    if (getattr(answer, "__module__", None) or "").startswith("norm_utils"):
-        seen.add(f"norm_utils.{getattr(answer, '__name__', exercise.name)}")
-    previous = sys.getprofile()
-    try:
-        sys.setprofile(_reference_calls(names | {exercise.name}, seen))
-        with _TorchTripwire(names, seen), _KernelTripwire(names, seen):
+    with tripwires(exercise) as seen:
+        if (getattr(answer, "__module__", None) or "").startswith("norm_utils"):
+            seen.add(f"norm_utils.{getattr(answer, '__name__', exercise.name)}")
+        try:
             outputs: Outputs = outputs_of(exercise, answer, inputs)
-    except UnusableOutput as error:
-        outputs = StudentError("returned", f"`{exercise.name}` {error}.")
-    except Exception as error:
-        outputs = StudentError(type(error).__name__, str(error)[:300])
-    finally:
-        sys.setprofile(previous)
+        except UnusableOutput as error:
+            outputs = StudentError("returned", f"`{exercise.name}` {error}.")
+        except Exception as error:
+            outputs = StudentError(type(error).__name__, str(error)[:300])
     return outputs, seen
+
+
+def load_answer(setup: str, source: str, name: str) -> Any:
+    """Execute the setup and the answer cell in a fresh namespace; return the object `name`."""
+    namespace: dict[str, Any] = {"__name__": "__answer__"}
+    exec(compile(setup, "<setup>", "exec"), namespace)
+    exec(compile(source, f"<answer {name}>", "exec"), namespace)
+    if name not in namespace:
+        raise NameError(f"the answer cell does not define `{name}`")
+    return namespace[name]
 
 
 def tensors(inputs: Arrays, *names: str) -> list[torch.Tensor | None]:

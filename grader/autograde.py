@@ -1,0 +1,240 @@
+"""Grade a class: every student × notebook in parallel, resumable, recorded in nbgrader's gradebook.
+
+Two phases per submission, pipelined:
+1. grade (in worker threads, each driving a runner process): plan, run, judge; the result is
+   written atomically to `results/<student>/<assignment>.json`;
+2. record (in the main thread only, the gradebook's single writer): nbgrader's `autograde` with
+   `InjectResults` in place of `Execute`, then a `.graded` stamp holding the submission's hash.
+A re-run skips every submission whose stamp matches its current hash, so an interrupted batch
+loses no finished grade and re-grading an unchanged class changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import sys
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from nbconvert.preprocessors import ClearMetadataPreprocessor
+from nbgrader.apps import NbGraderAPI
+from nbgrader.preprocessors import (
+    AssignLatePenalties,
+    CheckCellMetadata,
+    IgnorePattern,
+    LimitOutput,
+    SaveAutoGrades,
+)
+
+from grader.config import SOLUTIONS, assignments, course_config, use_this_environment
+from grader.nbgrader_steps import InjectResults, results_path
+from grader.submission import DEFAULT_LIMITS, Limits, Wrapper, grade_notebook
+
+
+@dataclass(frozen=True)
+class Task:
+    student: str
+    assignment: str
+    submission: Path  # may not exist: a missing notebook is graded as such
+
+    @property
+    def label(self) -> str:
+        return f"{self.student}/{self.assignment}"
+
+
+@dataclass
+class Outcome:
+    task: Task
+    score: float = 0.0
+    max_score: float = 0.0
+    problem: str = ""  # why the submission could not be recorded, in plain words
+    skipped: bool = False
+
+
+@dataclass
+class Course:
+    """A grading working directory: gradebook, staged submissions, results, feedback."""
+
+    root: Path
+    results: Path = field(init=False)
+    staged: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.root = self.root.resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.results = self.root / "results"
+        self.staged = self.root / "submitted"
+
+    def api(self) -> NbGraderAPI:
+        config = course_config(root=self.root, release=self.root / "release")
+        config.CourseDirectory.submitted_directory = str(self.staged)
+        config.InjectResults.results_dir = str(self.results)
+        config.Autograde.autograde_preprocessors = [
+            InjectResults,
+            IgnorePattern,
+            ClearMetadataPreprocessor,
+            LimitOutput,
+            SaveAutoGrades,
+            AssignLatePenalties,
+            CheckCellMetadata,
+        ]
+        config.GenerateFeedback.preprocessors = [
+            "nbgrader.preprocessors.ClearHiddenTests",
+            "nbgrader.preprocessors.GetGrades",
+            "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+        ]
+        return NbGraderAPI(config=config)
+
+
+def discover(submissions: Path) -> list[Task]:
+    """One task per student folder × assignment: <student>/<assignment>/<assignment>.ipynb."""
+    students = sorted(p.name for p in submissions.iterdir() if p.is_dir())
+    return [Task(s, a, submissions / s / a / f"{a}.ipynb") for s in students for a in assignments()]
+
+
+def fingerprint(task: Task) -> str:
+    """The submission's content hash, and the solutions', so a changed answer key regrades."""
+    digest = hashlib.sha256()
+    digest.update(task.submission.read_bytes() if task.submission.is_file() else b"<missing>")
+    digest.update((SOLUTIONS / task.assignment / f"{task.assignment}.ipynb").read_bytes())
+    return digest.hexdigest()
+
+
+def _stamp(course: Course, task: Task) -> Path:
+    return course.results / task.student / f"{task.assignment}.graded"
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(path.suffix + ".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
+def prepare(course: Course) -> None:
+    """Put every assignment in the gradebook (nbgrader's generate_assignment), once per source."""
+    use_this_environment()
+    api = course.api()
+    for assignment in assignments():
+        source = SOLUTIONS / assignment / f"{assignment}.ipynb"
+        stamp = course.root / "release" / f".{assignment}.source-sha256"
+        digest = hashlib.sha256(source.read_bytes()).hexdigest()
+        if stamp.is_file() and stamp.read_text() == digest:
+            continue
+        result = api.generate_assignment(assignment, force=True, create=True)
+        if not result["success"]:
+            detail = result.get("error") or result.get("log")
+            raise RuntimeError(f"nbgrader could not register {assignment}: {detail}")
+        _write_atomically(stamp, digest)
+
+
+def grade(task: Task, course: Course, seed: int, limits: Limits, wrap: Wrapper | None) -> str:
+    """Phase 1 (any thread): grade and store the result; returns the fingerprint graded."""
+    digest = fingerprint(task)
+    exercises = grade_notebook(task.submission, task.assignment, seed, limits, wrap)
+    record = {"fingerprint": digest, "exercises": [asdict(e) for e in exercises]}
+    _write_atomically(
+        results_path(course.results, task.student, task.assignment), json.dumps(record)
+    )
+    return digest
+
+
+def _stage(course: Course, task: Task) -> None:
+    """What nbgrader reads: the submission, or the release stub when there is nothing readable."""
+    target = course.staged / task.student / task.assignment / f"{task.assignment}.ipynb"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    readable = task.submission.is_file()
+    if readable:
+        try:
+            json.loads(task.submission.read_text())
+        except (ValueError, UnicodeDecodeError):
+            readable = False
+    stub = course.root / "release" / task.assignment / f"{task.assignment}.ipynb"
+    shutil.copyfile(task.submission if readable else stub, target)
+
+
+def record(task: Task, course: Course, api: NbGraderAPI, digest: str) -> Outcome:
+    """Phase 2 (main thread only): nbgrader autograde with the trusted results, then stamp."""
+    _stage(course, task)
+    result = api.autograde(task.assignment, task.student, force=True, create=True)
+    if not result["success"]:
+        tail = (result.get("error") or result.get("log") or "").strip().splitlines()[-1:]
+        return Outcome(task, problem=f"nbgrader could not record it: {' '.join(tail)}")
+    _write_atomically(_stamp(course, task), digest)
+    stored = json.loads(results_path(course.results, task.student, task.assignment).read_text())
+    exercises = stored["exercises"]
+    return Outcome(
+        task,
+        score=sum(e["score"] for e in exercises),
+        max_score=sum(e["max_score"] for e in exercises),
+    )
+
+
+class Progress:
+    """One status line: done / total, failures, time left (a plain log line when not a tty)."""
+
+    def __init__(self, total: int, stream=sys.stderr):
+        self.total, self.done, self.failed = total, 0, 0
+        self.start, self.stream = time.monotonic(), stream
+
+    def advance(self, outcome: Outcome) -> None:
+        self.done += 1
+        self.failed += bool(outcome.problem)
+        elapsed = time.monotonic() - self.start
+        left = elapsed / self.done * (self.total - self.done)
+        width = 24
+        bar = "#" * (width * self.done // max(self.total, 1))
+        line = (
+            f"[{bar:<{width}}] {self.done}/{self.total} graded, {self.failed} failed, "
+            f"~{left:.0f} s left  ({outcome.task.label})"
+        )
+        end = "\r" if self.stream.isatty() and self.done < self.total else "\n"
+        print(line.ljust(100), end=end, file=self.stream, flush=True)
+
+
+def autograde(
+    submissions: Path,
+    course: Course,
+    jobs: int | None = None,
+    seed: int | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    wrap: Wrapper | None = None,
+    progress: bool = True,
+) -> list[Outcome]:
+    """Grade every submission under `submissions`; returns one outcome per student × notebook."""
+    prepare(course)
+    api = course.api()
+    seed = secrets.randbits(31) if seed is None else seed  # hidden inputs differ every run
+    tasks = discover(submissions)
+    outcomes: list[Outcome] = []
+    todo = []
+    for task in tasks:
+        stamp = _stamp(course, task)
+        if stamp.is_file() and stamp.read_text() == fingerprint(task):
+            outcomes.append(Outcome(task, skipped=True))
+        else:
+            todo.append(task)
+    bar = Progress(len(todo)) if progress else None
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        futures = {pool.submit(grade, t, course, seed, limits, wrap): t for t in todo}
+        for future in as_completed(futures):
+            task = futures[future]
+            try:
+                outcome = record(task, course, api, future.result())
+            except Exception as error:  # one broken submission never stops the batch
+                outcome = Outcome(task, problem=f"{type(error).__name__}: {error}")
+            outcomes.append(outcome)
+            if bar:
+                bar.advance(outcome)
+    return sorted(outcomes, key=lambda o: (o.task.student, o.task.assignment))
+
+
+def students(outcomes: Iterable[Outcome]) -> list[str]:
+    return sorted({o.task.student for o in outcomes})

@@ -1,0 +1,134 @@
+"""The only process in which a student's code runs while grading: `python -m grader.runner JOB`.
+
+The grader writes a job directory (the answer cells, and the inputs of every check as .npz);
+this runner executes each exercise in its own forked child, under resource limits, and the child
+writes back plain arrays (`out/<exercise>.npz`) and a small JSON record of errors and of the
+forbidden library calls it saw. A crash, hang or memory bomb in one exercise costs only that
+exercise. Nothing here decides a score: the grader compares the arrays in its own process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from grader.checks import EXERCISES
+from grader.checks.core import StudentError
+from grader.checks.probe import call, load_answer, tripwires
+
+MB = 1 << 20
+
+
+def _limit(kind: int, value: int) -> None:
+    resource.setrlimit(kind, (value, value))
+
+
+def apply_limits(limits: dict) -> None:
+    """Per-exercise limits; RLIMIT_NPROC only binds for a non-root uid (the sandbox's)."""
+    _limit(resource.RLIMIT_AS, limits["memory_mb"] * MB)
+    _limit(resource.RLIMIT_CPU, limits["cpu_seconds"])
+    _limit(resource.RLIMIT_FSIZE, limits["file_mb"] * MB)
+    if limits.get("processes"):
+        _limit(resource.RLIMIT_NPROC, limits["processes"])
+    _limit(resource.RLIMIT_CORE, 0)
+
+
+def _silence() -> None:
+    """What the student prints goes nowhere: it can neither flood the grader nor speak for it."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+
+
+def _record(out: Path, name: str, arrays: dict, meta: dict) -> None:
+    np.savez(out / f"{name}.npz", **arrays)
+    (out / f"{name}.json").write_text(json.dumps(meta))
+
+
+def run_exercise(spec: dict, job: Path) -> None:
+    """In the forked child: load the answer, run every check's probe, record, exit."""
+    name, out = spec["name"], job / "out"
+    exercise = EXERCISES[name]
+    arrays, meta = {}, {"errors": {}, "calls": []}
+    try:
+        with tripwires(exercise) as seen:
+            answer = load_answer(spec["setup"], spec["source"], name)
+        calls = set(seen)
+        for i in range(spec["cases"]):
+            with np.load(job / "in" / name / f"{i}.npz", allow_pickle=False) as data:
+                inputs = dict(data)
+            got, seen = call(exercise, answer, inputs)
+            calls |= seen
+            if isinstance(got, StudentError):
+                meta["errors"][str(i)] = [got.kind, got.message]
+            else:
+                arrays.update({f"{i}/{k}": v for k, v in got.items()})
+        meta["calls"] = sorted(calls)
+    except BaseException as error:  # SystemExit and KeyboardInterrupt too: the answer's, not ours
+        meta["load_error"] = [type(error).__name__, str(error)[:300]]
+    _record(out, name, arrays, meta)
+
+
+def supervise(spec: dict, job: Path, limits: dict) -> None:
+    """Fork, limit, wait; a child that dies or overruns leaves a 'crash' or 'timeout' record."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()  # its own process group, so a timeout kills everything it started
+            apply_limits(limits)
+            _silence()
+            run_exercise(spec, job)
+        finally:
+            os._exit(0)
+    deadline = time.monotonic() + limits["wall_seconds"]
+    status = None
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.02)
+    else:
+        os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        reason = f"`{spec['name']}` did not finish within {limits['wall_seconds']} s (timeout)."
+        return _record(job / "out", spec["name"], {}, {"load_error": ["timeout", reason]})
+    try:
+        os.killpg(pid, signal.SIGKILL)  # anything the answer left running
+    except ProcessLookupError:
+        pass
+    if not (job / "out" / f"{spec['name']}.json").exists():
+        how = f"signal {-status}" if os.WIFSIGNALED(status) else f"exit {os.WEXITSTATUS(status)}"
+        reason = f"`{spec['name']}` crashed the Python process ({how}), e.g. os._exit or memory."
+        _record(job / "out", spec["name"], {}, {"load_error": ["crash", reason]})
+
+
+def warm_up(spec: dict) -> None:
+    """Pay the one-time costs once, before forking: the setup cell's imports (trusted code from
+    the source notebook) and torch's first entry into the tripwire modes (~4 s)."""
+    exercises = spec["exercises"]
+    if exercises:
+        exec(compile(exercises[0]["setup"], "<setup>", "exec"), {"__name__": "__setup__"})
+        with tripwires(EXERCISES[exercises[0]["name"]]):
+            torch.ones(2).add(1)
+
+
+def main(job: str) -> int:
+    job_dir = Path(job)
+    spec = json.loads((job_dir / "job.json").read_text())
+    (job_dir / "out").mkdir(exist_ok=True)
+    warm_up(spec)
+    for exercise in spec["exercises"]:
+        supervise(exercise, job_dir, spec["limits"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

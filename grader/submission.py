@@ -1,0 +1,168 @@
+"""Grade one submitted notebook: plan the checks here, run the answers in the runner, judge here.
+
+Only plain arrays cross back from the runner (.npz read with allow_pickle=False, and a small
+JSON record); the comparison with the reference and the score happen in this process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from grader.checks import EXERCISES
+from grader.checks.core import Outputs, StudentError, Verdict, judge, plan
+from grader.checks.integrity import forbidden_uses, integrity_message
+from grader.notebook import (
+    answer_source,
+    exercises_of,
+    read_notebook,
+    setup_code,
+    source_notebook,
+)
+
+MAX_RECORD_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_mb: int = 3000  # torch needs ~1 GB of address space to import
+    cpu_seconds: int = 60
+    file_mb: int = 64
+    processes: int = 0  # 0: not limited (RLIMIT_NPROC only binds for the sandbox's own uid)
+    wall_seconds: float = 60
+
+
+@dataclass(frozen=True)
+class ExerciseResult:
+    """What the gradebook and the feedback need of one exercise: plain numbers and text."""
+
+    name: str
+    score: float
+    max_score: float
+    feedback: str
+
+
+DEFAULT_LIMITS = Limits()
+
+# Turns the runner's command line into the one that actually runs (e.g. inside bubblewrap).
+Wrapper = Callable[[list[str], Path], list[str]]
+
+
+def _verdict_for_all(name: str, error: StudentError, planned) -> Verdict:
+    return judge(EXERCISES[name], planned, [error] * len(planned))
+
+
+def _write_inputs(job: Path, name: str, planned) -> None:
+    folder = job / "in" / name
+    folder.mkdir(parents=True)
+    for i, (_, inputs) in enumerate(planned):
+        np.savez(folder / f"{i}.npz", **inputs)
+
+
+def _read_outputs(job: Path, name: str, cases: int) -> tuple[list[Outputs], set[str]]:
+    """The runner's record for one exercise, trusting nothing but its shape."""
+    record_path = job / "out" / f"{name}.json"
+    if not record_path.is_file() or record_path.stat().st_size > MAX_RECORD_BYTES:
+        error = StudentError("crash", f"`{name}` left no result (the grading process died).")
+        return [error] * cases, set()
+    record = json.loads(record_path.read_text())
+    if "load_error" in record:
+        kind, message = record["load_error"]
+        return [StudentError(str(kind), str(message))] * cases, set()
+    errors = record.get("errors", {})
+    with np.load(job / "out" / f"{name}.npz", allow_pickle=False) as data:
+        arrays = {key: data[key] for key in data.files}
+    outputs: list[Outputs] = []
+    for i in range(cases):
+        if str(i) in errors:
+            kind, message = errors[str(i)]
+            outputs.append(StudentError(str(kind), str(message)))
+        else:
+            prefix = f"{i}/"
+            outputs.append({k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)})
+    return outputs, {str(c) for c in record.get("calls", [])}
+
+
+def run_job(job: Path, limits: Limits, wrap: Wrapper | None, cases: int) -> None:
+    """Start the runner on `job` and wait, killing it if the whole notebook overruns."""
+    command = [sys.executable, "-m", "grader.runner", str(job)]
+    if wrap is not None:
+        command = wrap(command, job)
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(job),
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "MPLBACKEND": "Agg",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    timeout = limits.wall_seconds * max(cases, 1) + 60
+    subprocess.run(command, cwd=job, env=env, timeout=timeout, capture_output=True, check=False)
+
+
+def grade_notebook(
+    path: Path,
+    assignment: str,
+    seed: int,
+    limits: Limits = DEFAULT_LIMITS,
+    wrap: Wrapper | None = None,
+    hidden: bool = True,
+) -> list[ExerciseResult]:
+    """Every exercise of `assignment` in the notebook at `path`, in the notebook's order."""
+    source = source_notebook(assignment)
+    names = exercises_of(source)
+    plans = {name: plan(EXERCISES[name], hidden, seed) for name in names}
+    verdicts: dict[str, Verdict] = {}
+    try:
+        notebook = read_notebook(path)
+    except ValueError as error:
+        reason = StudentError("missing", f"Not graded: {error}.")
+        verdicts = {n: _verdict_for_all(n, reason, plans[n]) for n in names}
+        return [_result(verdicts[n]) for n in names]
+
+    answers = {n: answer_source(notebook, n) for n in names}
+    with tempfile.TemporaryDirectory(prefix="grade-") as scratch:
+        job = Path(scratch)
+        specs = []
+        for name in names:
+            if answers[name] is None:
+                missing = f"No answer cell defines `{name}` (was it renamed or deleted?)."
+                verdicts[name] = _verdict_for_all(
+                    name, StudentError("missing", missing), plans[name]
+                )
+                continue
+            _write_inputs(job, name, plans[name])
+            specs.append(
+                {
+                    "name": name,
+                    "setup": setup_code(source),
+                    "source": answers[name],
+                    "cases": len(plans[name]),
+                }
+            )
+        spec = {"exercises": specs, "limits": asdict(limits)}
+        (job / "job.json").write_text(json.dumps(spec))
+        if specs:
+            try:
+                run_job(job, limits, wrap, len(specs))
+            except subprocess.TimeoutExpired:
+                pass  # exercises without a record are reported as crashed below
+        for s in specs:
+            name = s["name"]
+            outputs, calls = _read_outputs(job, name, s["cases"])
+            static = forbidden_uses(answers[name], EXERCISES[name])
+            integrity = integrity_message(EXERCISES[name], static, calls)
+            verdicts[name] = judge(EXERCISES[name], plans[name], outputs, integrity)
+    return [_result(verdicts[n]) for n in names]
+
+
+def _result(verdict: Verdict) -> ExerciseResult:
+    return ExerciseResult(verdict.exercise.name, verdict.score, verdict.max_score, verdict.render())
