@@ -1,9 +1,16 @@
-"""The instructor's command line: `grader <command> --help` for each command."""
+"""The course's command line (`grader <command> --help` for each): release, autograde,
+feedback, export, demo for instructors; check for students."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import warnings
+from pathlib import Path
+
+from grader.config import REPO
+
+DEFAULT_COURSE = Path("course")
 
 
 def _release(args: argparse.Namespace) -> int:
@@ -13,13 +20,78 @@ def _release(args: argparse.Namespace) -> int:
         stale = stale_files()
         if stale:
             print(
-                "notebooks/ is stale; run `grader release` and commit. Differs:", *stale, sep="\n  "
+                "notebooks/ is stale; run `grader release` and commit.",
+                "Differs:",
+                *stale,
+                sep="\n  ",
             )
             return 1
         print("notebooks/ matches solutions/.")
         return 0
     generate()
     print("Regenerated notebooks/ from solutions/.")
+    return 0
+
+
+def _autograde(args: argparse.Namespace) -> int:
+    from grader.autograde import Course, autograde
+    from grader.submission import Limits
+
+    limits = Limits(wall_seconds=args.timeout)
+    outcomes = autograde(args.submissions, Course(args.course), args.jobs, args.seed, limits)
+    skipped = sum(o.skipped for o in outcomes)
+    for o in outcomes:
+        if o.problem:
+            print(f"{o.task.student}: {o.task.assignment} could not be recorded: {o.problem}")
+    print(f"{len(outcomes) - skipped} graded, {skipped} unchanged since the last run (skipped).")
+    return 0
+
+
+def _students(course: Path) -> list[str]:
+    results = course / "results"
+    return sorted(p.name for p in results.iterdir() if p.is_dir()) if results.is_dir() else []
+
+
+def _feedback(args: argparse.Namespace) -> int:
+    from grader.autograde import Course
+    from grader.report import write_feedback
+
+    print("Feedback written to", write_feedback(Course(args.course), _students(args.course)))
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from grader.autograde import Course
+    from grader.report import write_csv
+
+    print("Grades written to", write_csv(Course(args.course), _students(args.course), args.csv))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from grader.autograde import Course, autograde
+    from grader.demo import PROFILES, write_class
+    from grader.report import format_table, write_csv, write_feedback
+    from grader.submission import Limits
+
+    out = args.out.resolve()
+    submissions = write_class(out / "submissions")
+    course = Course(out / "course")
+    students = sorted(PROFILES)
+    print(f"Grading a sample class of {len(students)} students ({out / 'submissions'}) ...")
+    outcomes = autograde(submissions, course, args.jobs, limits=Limits(wall_seconds=args.timeout))
+    print()
+    print(format_table(course, students))
+    for o in outcomes:
+        if o.problem:
+            print(f"{o.task.student}: {o.task.assignment} could not be recorded: {o.problem}")
+    print()
+    for student in students:
+        print(f"  {student}: {PROFILES[student].description}")
+    print()
+    print("Grades CSV:  ", write_csv(course, students, out / "grades.csv"))
+    print("Feedback:    ", write_feedback(course, students))
+    print("Gradebook:   ", course.root / "gradebook.db")
     return 0
 
 
@@ -33,24 +105,65 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grader", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    release = commands.add_parser(
-        "release", help="regenerate notebooks/ (the student release) from solutions/"
-    )
+    release = commands.add_parser("release", help="regenerate notebooks/ from solutions/")
     release.add_argument(
         "--check", action="store_true", help="only compare; exit 1 naming stale files"
     )
     release.set_defaults(run=_release)
 
+    course = argparse.ArgumentParser(add_help=False)
+    course.add_argument(
+        "--course",
+        type=Path,
+        default=DEFAULT_COURSE,
+        help="grading working dir (gradebook, results, feedback)",
+    )
+    grading = argparse.ArgumentParser(add_help=False)
+    grading.add_argument(
+        "--jobs", type=int, default=None, help="parallel jobs (default: one per core)"
+    )
+    grading.add_argument("--timeout", type=float, default=60, help="seconds allowed per exercise")
+
+    autograde = commands.add_parser(
+        "autograde",
+        parents=[course, grading],
+        help="grade every student × notebook under SUBMISSIONS into nbgrader's gradebook",
+        description="SUBMISSIONS holds <student>/<assignment>/<assignment>.ipynb. Re-running "
+        "skips submissions already graded and unchanged; a broken notebook is reported for its "
+        "student and the batch goes on.",
+    )
+    autograde.add_argument("submissions", type=Path)
+    autograde.add_argument(
+        "--seed", type=int, default=None, help="fix the hidden inputs (default: random)"
+    )
+    autograde.set_defaults(run=_autograde)
+
+    feedback = commands.add_parser("feedback", parents=[course], help="HTML feedback per student")
+    feedback.set_defaults(run=_feedback)
+
+    export = commands.add_parser("export", parents=[course], help="a grades CSV an LMS can import")
+    export.add_argument("--csv", type=Path, default=Path("grades.csv"))
+    export.set_defaults(run=_export)
+
+    demo = commands.add_parser(
+        "demo",
+        parents=[grading],
+        help="grade the bundled sample class end to end and show the results",
+    )
+    demo.add_argument("--out", type=Path, default=REPO / "build" / "demo")
+    demo.set_defaults(run=_demo, timeout=15)
+
     check = commands.add_parser(
         "check", help="run one notebook's visible checks and say, per exercise, what is wrong"
     )
-    check.add_argument("notebook", help="path to a student's .ipynb")
+    check.add_argument("notebook", type=Path, help="path to your .ipynb")
     check.set_defaults(run=_check)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    warnings.filterwarnings("ignore", module="nbgrader")  # SQLAlchemy chatter from nbgrader's ORM
     return args.run(args)
 
 

@@ -1,0 +1,182 @@
+"""The bundled sample class: synthetic students built from the solution and release notebooks.
+
+Every student has one profile; each profile says how to write that student's notebook for an
+assignment, and which score each exercise should then earn. Generic profiles (correct, untouched,
+broken in one way or another) apply to every notebook; mistake profiles rewrite one answer cell
+the way a student making that classic mistake would, and declare the points it keeps.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from grader.checks import EXERCISES
+from grader.config import RELEASE, SOLUTIONS, assignments
+from grader.notebook import exercises_of, source_notebook
+
+Notebook = nbformat.NotebookNode
+
+
+def _solution(a: str) -> Notebook:
+    return nbformat.read(SOLUTIONS / a / f"{a}.ipynb", as_version=4)
+
+
+def _release(a: str) -> Notebook:
+    return nbformat.read(RELEASE / a / f"{a}.ipynb", as_version=4)
+
+
+def _answer_cell(nb: Notebook, name: str):
+    return next(
+        c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == name
+    )
+
+
+def _first(a: str) -> str:
+    return exercises_of(source_notebook(a))[0]
+
+
+def _edit_first_answer(edit: Callable[[str, str], str]) -> Callable[[str], Notebook]:
+    def build(a: str) -> Notebook:
+        nb = _solution(a)
+        cell = _answer_cell(nb, _first(a))
+        cell.source = edit(cell.source, _first(a))
+        return nb
+
+    return build
+
+
+def _strip_metadata(a: str) -> Notebook:
+    """What some editors do: every nbgrader tag gone, kernelspec changed, outputs cleared."""
+    nb = _solution(a)
+    nb.metadata["kernelspec"] = {"name": "evil", "display_name": "evil", "language": "python"}
+    for cell in nb.cells:
+        cell.metadata = {}
+    return nb
+
+
+def _full(a: str) -> dict[str, float]:
+    return {n: EXERCISES[n].points for n in exercises_of(source_notebook(a))}
+
+
+def _zero(a: str) -> dict[str, float]:
+    return dict.fromkeys(_full(a), 0.0)
+
+
+def _all_but_first(a: str) -> dict[str, float]:
+    return {**_full(a), _first(a): 0.0}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How a student's notebook is written, and the per-exercise scores it must earn."""
+
+    description: str
+    build: Callable[[str], Notebook | str | None]  # a notebook, raw text, or None (missing)
+    expected: Callable[[str], dict[str, float]]
+    only: dict[str, Callable[[str], Notebook]] = field(default_factory=dict)
+
+
+def _mistake(assignment: str, exercise: str, old: str, new: str, keeps: float) -> Profile:
+    """One answer cell rewritten with a classic mistake; the rest of the notebook correct."""
+
+    def build(a: str) -> Notebook:
+        nb = _solution(a)
+        if a == assignment:
+            cell = _answer_cell(nb, exercise)
+            assert old in cell.source, f"{exercise}: the mutation no longer applies"
+            cell.source = cell.source.replace(old, new)
+        return nb
+
+    def expected(a: str) -> dict[str, float]:
+        return {**_full(a), exercise: keeps} if a == assignment else _full(a)
+
+    return Profile(f"{exercise}: {new.strip()[:50]}", build, expected)
+
+
+PROFILES: dict[str, Profile] = {
+    "ada": Profile("correct everywhere", _solution, _full),
+    "ben": Profile("hands in the untouched release", _release, _zero),
+    "cyd": Profile("submits nothing (missing notebooks)", lambda a: None, _zero),
+    "dee": Profile("a file that is not JSON", lambda a: '{"cells": [', _zero),
+    "eli": Profile(
+        "renamed the first graded function",
+        _edit_first_answer(lambda src, name: src.replace(f"def {name}(", f"def my_{name}(")),
+        _all_but_first,
+    ),
+    "fay": Profile(
+        "kills the kernel in the first answer (os._exit)",
+        _edit_first_answer(lambda src, name: "import os\n\nos._exit(3)\n" + src),
+        _all_but_first,
+    ),
+    "gus": Profile(
+        "loops forever in the first answer",
+        _edit_first_answer(
+            lambda src, name: src.replace("### BEGIN SOLUTION", "while True:\n        pass", 1)
+        ),
+        _all_but_first,
+    ),
+    "hal": Profile("editor stripped all metadata, changed kernel", _strip_metadata, _full),
+    "ivy": _mistake(
+        "01_layer_norm",
+        "layer_norm",
+        "var = ((x - mean) ** 2).mean(dims, keepdim=True)",
+        "var = x.var(dims, keepdim=True)",
+        keeps=1.5,  # only mean 1e4 (n = 256: √(255/256) is inside its tolerance) and constant rows
+    ),
+    "jon": _mistake(
+        "01_layer_norm",
+        "layer_norm",
+        "x_hat = (x - mean) / torch.sqrt(var + eps)",
+        "x_hat = (x - mean) / (torch.sqrt(var) + eps)",
+        keeps=8.0,  # all but "variance close to ε" (2 points)
+    ),
+    "kim": _mistake(
+        "01_layer_norm",
+        "stable_var",
+        "return ((x - mean) ** 2).mean(dim)",
+        "return (x * x).mean(dim) - x.mean(dim) ** 2",
+        keeps=1.5,  # the visible check and dim 0 pass; mean 1e4 and constant rows fail
+    ),
+    "lou": _mistake(
+        "01_layer_norm",
+        "layer_norm",
+        "x_hat = (x - mean) / torch.sqrt(var + eps)",
+        "x_hat = (x - mean) / torch.sqrt(var + eps)\n    return x_hat",
+        keeps=8.5,  # affine ignored: loses "weight and bias" (1) and "constant rows" (0.5)
+    ),
+    "max": _mistake(
+        "01_layer_norm",
+        "layer_norm",
+        "### BEGIN SOLUTION",
+        "return F.layer_norm(x, normalized_shape, weight, bias, eps)",
+        keeps=0.0,  # the library's own layer_norm: no credit
+    ),
+}
+
+
+def write_class(target: Path, profiles: dict[str, Profile] = PROFILES) -> Path:
+    """Write every student's notebooks under target/<student>/<assignment>/<assignment>.ipynb."""
+    for student, profile in profiles.items():
+        for a in assignments():
+            made = profile.build(a)
+            if made is None:
+                (target / student).mkdir(parents=True, exist_ok=True)
+                continue
+            path = target / student / a / f"{a}.ipynb"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(made, str):
+                path.write_text(made)
+            else:
+                nbformat.write(copy.deepcopy(made), path)
+    return target
+
+
+def expected_scores(
+    profiles: dict[str, Profile] = PROFILES,
+) -> dict[tuple[str, str], dict[str, float]]:
+    return {(s, a): p.expected(a) for s, p in profiles.items() for a in assignments()}
