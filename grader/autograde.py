@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import secrets
-import shutil
 import sys
 import time
 from collections.abc import Iterable
@@ -23,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import nbformat
 from nbconvert.preprocessors import ClearMetadataPreprocessor
 from nbgrader.apps import NbGraderAPI
 from nbgrader.preprocessors import (
@@ -35,6 +35,7 @@ from nbgrader.preprocessors import (
 
 from grader.config import SOLUTIONS, assignments, course_config, use_this_environment
 from grader.nbgrader_steps import InjectResults, results_path
+from grader.notebook import read_notebook, restore_metadata, source_notebook
 from grader.submission import DEFAULT_LIMITS, Limits, Wrapper, grade_notebook
 
 
@@ -147,17 +148,16 @@ def grade(task: Task, course: Course, seed: int, limits: Limits, wrap: Wrapper |
 
 
 def _stage(course: Course, task: Task) -> None:
-    """What nbgrader reads: the submission, or the release stub when there is nothing readable."""
+    """What nbgrader reads: the submission with any stripped nbgrader tags restored, or the
+    release stub when there is nothing readable (so the record says 0, not 'needs grading')."""
     target = course.staged / task.student / task.assignment / f"{task.assignment}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
-    readable = task.submission.is_file()
-    if readable:
-        try:
-            json.loads(task.submission.read_text())
-        except (ValueError, UnicodeDecodeError):
-            readable = False
-    stub = course.root / "release" / task.assignment / f"{task.assignment}.ipynb"
-    shutil.copyfile(task.submission if readable else stub, target)
+    try:
+        notebook = read_notebook(task.submission)
+    except ValueError:
+        notebook = read_notebook(course.root / "release" / task.assignment / target.name)
+    restore_metadata(notebook, source_notebook(task.assignment))
+    nbformat.write(notebook, target)
 
 
 def record(task: Task, course: Course, api: NbGraderAPI, digest: str) -> Outcome:

@@ -56,8 +56,10 @@ def _feedback(args: argparse.Namespace) -> int:
     from grader.autograde import Course
     from grader.report import write_feedback
 
-    print("Feedback written to", write_feedback(Course(args.course), _students(args.course)))
-    return 0
+    folder, problems = write_feedback(Course(args.course), _students(args.course))
+    print(*problems, sep="\n")
+    print("Feedback written to", folder)
+    return 1 if problems else 0
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -90,7 +92,9 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"  {student}: {PROFILES[student].description}")
     print()
     print("Grades CSV:  ", write_csv(course, students, out / "grades.csv"))
-    print("Feedback:    ", write_feedback(course, students))
+    folder, problems = write_feedback(course, students)
+    print(*problems, sep="\n")
+    print("Feedback:    ", folder)
     print("Gradebook:   ", course.root / "gradebook.db")
     return 0
 

@@ -81,7 +81,9 @@ class Profile:
     only: dict[str, Callable[[str], Notebook]] = field(default_factory=dict)
 
 
-def _mistake(assignment: str, exercise: str, old: str, new: str, keeps: float) -> Profile:
+def _mistake(
+    description: str, assignment: str, exercise: str, old: str, new: str, keeps: float
+) -> Profile:
     """One answer cell rewritten with a classic mistake; the rest of the notebook correct."""
 
     def build(a: str) -> Notebook:
@@ -95,7 +97,7 @@ def _mistake(assignment: str, exercise: str, old: str, new: str, keeps: float) -
     def expected(a: str) -> dict[str, float]:
         return {**_full(a), exercise: keeps} if a == assignment else _full(a)
 
-    return Profile(f"{exercise}: {new.strip()[:50]}", build, expected)
+    return Profile(description, build, expected)
 
 
 PROFILES: dict[str, Profile] = {
@@ -115,13 +117,12 @@ PROFILES: dict[str, Profile] = {
     ),
     "gus": Profile(
         "loops forever in the first answer",
-        _edit_first_answer(
-            lambda src, name: src.replace("### BEGIN SOLUTION", "while True:\n        pass", 1)
-        ),
+        _edit_first_answer(lambda src, name: "while True:\n    pass\n" + src),
         _all_but_first,
     ),
     "hal": Profile("editor stripped all metadata, changed kernel", _strip_metadata, _full),
     "ivy": _mistake(
+        "layer_norm with the unbiased variance",
         "01_layer_norm",
         "layer_norm",
         "var = ((x - mean) ** 2).mean(dims, keepdim=True)",
@@ -129,6 +130,7 @@ PROFILES: dict[str, Profile] = {
         keeps=1.5,  # only mean 1e4 (n = 256: √(255/256) is inside its tolerance) and constant rows
     ),
     "jon": _mistake(
+        "layer_norm with ε outside the square root",
         "01_layer_norm",
         "layer_norm",
         "x_hat = (x - mean) / torch.sqrt(var + eps)",
@@ -136,13 +138,17 @@ PROFILES: dict[str, Profile] = {
         keeps=8.0,  # all but "variance close to ε" (2 points)
     ),
     "kim": _mistake(
+        "stable_var as E[x²]−E[x]²",
         "01_layer_norm",
         "stable_var",
         "return ((x - mean) ** 2).mean(dim)",
         "return (x * x).mean(dim) - x.mean(dim) ** 2",
-        keeps=1.5,  # the visible check and dim 0 pass; mean 1e4 and constant rows fail
+        # Fails only "mean 1e4". Constant rows pass: identical float32 values make E[x²] and
+        # E[x]² round identically, so their difference is exactly 0.
+        keeps=2.0,
     ),
     "lou": _mistake(
+        "layer_norm without γ and β",
         "01_layer_norm",
         "layer_norm",
         "x_hat = (x - mean) / torch.sqrt(var + eps)",
@@ -150,6 +156,7 @@ PROFILES: dict[str, Profile] = {
         keeps=8.5,  # affine ignored: loses "weight and bias" (1) and "constant rows" (0.5)
     ),
     "max": _mistake(
+        "layer_norm by calling F.layer_norm",
         "01_layer_norm",
         "layer_norm",
         "### BEGIN SOLUTION",

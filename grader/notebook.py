@@ -64,3 +64,40 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
         raise ValueError(
             f"{path.name} is not a readable notebook ({type(error).__name__})"
         ) from None
+
+
+def restore_metadata(submitted: nbformat.NotebookNode, source: nbformat.NotebookNode) -> int:
+    """Re-tag cells whose nbgrader metadata an editor stripped; returns how many were re-tagged.
+
+    An answer cell is recognized by the function or class it defines, a locked cell by its
+    unchanged text. Cells that cannot be recognized are left for nbgrader to add back.
+    """
+    present = {_grade_id(c) for c in submitted.cells} - {""}
+    restored = 0
+    for cell in source.cells:
+        grade_id = _grade_id(cell)
+        if not grade_id or grade_id in present:
+            continue
+        meta = cell.metadata["nbgrader"]
+        for candidate in submitted.cells:
+            if _grade_id(candidate) or candidate.cell_type != cell.cell_type:
+                continue
+            by_name = meta.get("solution") and _defines(candidate.source, grade_id)
+            if by_name or candidate.source.strip() == _visible_part(cell.source):
+                candidate.metadata["nbgrader"] = dict(meta)
+                restored += 1
+                break
+    return restored
+
+
+def _visible_part(source: str) -> str:
+    """A test cell as the student sees it: without its hidden region."""
+    kept, hidden = [], False
+    for line in source.splitlines():
+        if "BEGIN HIDDEN TESTS" in line:
+            hidden = True
+        elif "END HIDDEN TESTS" in line:
+            hidden = False
+        elif not hidden:
+            kept.append(line)
+    return "\n".join(kept).strip()

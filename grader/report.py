@@ -47,15 +47,18 @@ def write_csv(course: Course, students: list[str], path: Path) -> Path:
     return path
 
 
-def write_feedback(course: Course, students: list[str]) -> Path:
-    """nbgrader's HTML feedback per student × notebook, with the hidden-test region removed."""
+def write_feedback(course: Course, students: list[str]) -> tuple[Path, list[str]]:
+    """nbgrader's HTML feedback per student × notebook, with the hidden-test region removed.
+    Returns the folder and, in plain words, each student whose feedback could not be made."""
     api = course.api()
+    problems = []
     for assignment in assignments():
         for student in students:
             result = api.generate_feedback(assignment, student, force=True)
             if not result["success"]:
-                raise RuntimeError(f"feedback for {student}/{assignment}: {result.get('error')}")
-    return course.root / "feedback"
+                tail = (result.get("error") or "").strip().splitlines()[-1:]
+                problems.append(f"{student}: no feedback for {assignment} ({' '.join(tail)})")
+    return course.root / "feedback", problems
 
 
 def leaks_hidden_tests(html: str) -> bool:

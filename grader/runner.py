@@ -112,7 +112,7 @@ def supervise(spec: dict, job: Path, limits: dict) -> None:
 
 def warm_up(spec: dict) -> None:
     """Pay the one-time costs once, before forking: the setup cell's imports (trusted code from
-    the source notebook) and torch's first entry into the tripwire modes (~4 s)."""
+    the source notebook) and torch's first entry into the tripwire mode."""
     exercises = spec["exercises"]
     if exercises:
         exec(compile(exercises[0]["setup"], "<setup>", "exec"), {"__name__": "__setup__"})
