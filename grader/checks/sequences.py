@@ -1,5 +1,648 @@
-"""Checks for notebook 03 (variable-length sequences and masks)."""
+"""Checks for notebook 03: `lengths_to_mask`, `masked_batch_norm`, `masked_mean_pool`.
 
-from grader.checks.core import Exercise
+One mask convention: bool, True = real token. Hidden inputs use real tokens with feature means
+between 1 and 5 (std 2) and padding that is zero, garbage (mean −5, std 20) or NaN, so that any
+statistic that reads the padding is off by far more than the tolerance: in content.md §7 exp. 4,
+zero padding at 49 % real tokens moves BatchNorm's mean from ≈3.1 to ≈1.5, and naive mean pooling
+of a length-2 sequence padded to 20 is off by 0.67. Every error case expects a ValueError, never
+a NaN.
+"""
 
-EXERCISES: tuple[Exercise, ...] = ()
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import torch
+
+from grader.checks.core import Arrays, Check, Exercise, Mistake
+from grader.checks.probe import tensors
+from norm_utils import masking as ref
+
+RAISED = "ValueError raised"  # the key a probe returns for the inputs that must be refused
+
+
+def _lengths_mask(lengths: np.ndarray, max_len: int) -> np.ndarray:
+    return np.arange(max_len)[None, :] < lengths[:, None]
+
+
+def _padded(
+    rng: np.random.Generator, lengths, max_len: int | None = None, dim: int = 4, pad: str = "zero"
+) -> Arrays:
+    """A (B, L, D) float32 batch of real tokens (feature means 1..5, std 2) and its bool mask."""
+    lengths = np.asarray(lengths)
+    max_len = int(lengths.max()) if max_len is None else max_len
+    means = rng.uniform(1.0, 5.0, dim)
+    x = means + 2.0 * rng.standard_normal((len(lengths), max_len, dim))
+    mask = _lengths_mask(lengths, max_len)
+    if pad == "zero":
+        x[~mask] = 0.0
+    elif pad == "garbage":
+        x[~mask] = rng.normal(-5.0, 20.0, ((~mask).sum(), dim))
+    elif pad == "nan":  # NaN in one feature's padding, garbage in the others'
+        x[~mask] = rng.normal(-5.0, 20.0, ((~mask).sum(), dim))
+        x[~mask, int(rng.integers(dim))] = np.nan
+    return {"x": x.astype(np.float32), "mask": mask}
+
+
+# ---------------------------------------------------------------------------------------------
+# lengths_to_mask
+
+
+def _mask_variant(
+    lengths,
+    max_len=None,
+    *,
+    inverted=False,
+    inclusive=False,
+    ignore_max_len=False,
+    as_numbers=False,
+    validate=True,
+):
+    """lengths_to_mask with a switch per classic slip; all switches off is correct."""
+    lengths = torch.as_tensor(lengths)
+    if max_len is None or ignore_max_len:
+        max_len = int(lengths.max())
+    if validate and ((lengths < 0).any() or (lengths > max_len).any()):
+        raise ValueError(f"lengths must lie in [0, max_len={max_len}]")
+    positions = torch.arange(max_len)
+    mask = positions <= lengths[:, None] if inclusive else positions < lengths[:, None]
+    mask = ~mask if inverted else mask
+    return mask.long() if as_numbers else mask
+
+
+def _probe_mask(lengths_to_mask, a: Arrays) -> Arrays:
+    lengths = a["lengths"].tolist() if "as_list" in a else torch.from_numpy(a["lengths"].copy())
+    args = (lengths,) if "max_len" not in a else (lengths, int(a["max_len"]))
+    if "must_raise" in a:
+        try:
+            lengths_to_mask(*args)
+        except ValueError:
+            return {RAISED: np.array(True)}
+        return {RAISED: np.array(False)}
+    mask = lengths_to_mask(*args)
+    is_bool = getattr(mask, "dtype", None) in (torch.bool, np.bool_)
+    return {"mask": torch.as_tensor(np.asarray(mask)) != 0, "bool dtype": np.array(is_bool)}
+
+
+def _mask_case(lengths, max_len=None, **flags) -> Arrays:
+    case = {"lengths": np.asarray(lengths, dtype=np.int64)}
+    if max_len is not None:
+        case["max_len"] = np.array(max_len)
+    return case | {k: np.array(True) for k, v in flags.items() if v}
+
+
+def _very_different_lengths(rng) -> Arrays:
+    lengths = [1, int(rng.integers(150, 300)), int(rng.integers(2, 9)), 1]
+    return _mask_case(rng.permutation(lengths))
+
+
+def _with_empty_sequences(rng) -> Arrays:
+    lengths = rng.integers(1, 6, 5)
+    lengths[rng.choice(5, 2, replace=False)] = 0
+    return _mask_case(lengths, max_len=int(lengths.max()) + int(rng.integers(1, 4)))
+
+
+def _negative_length(rng) -> Arrays:
+    lengths = rng.integers(1, 6, 4)
+    lengths[rng.integers(4)] = -int(rng.integers(1, 4))
+    return _mask_case(lengths, max_len=6, must_raise=True)
+
+
+def _too_long(rng) -> Arrays:
+    lengths = rng.integers(1, 4, 4)
+    lengths[rng.integers(4)] = int(rng.integers(5, 9))
+    return _mask_case(lengths, max_len=4, must_raise=True)
+
+
+LENGTHS_TO_MASK = Exercise(
+    name="lengths_to_mask",
+    reference=ref.lengths_to_mask,
+    probe=_probe_mask,
+    forbidden=("lengths_to_mask", "pad_sequences"),
+    mistakes=(
+        Mistake(
+            "lengths outside [0, max_len] accepted",
+            "A length below 0 or above max_len is accepted silently (it just makes a row of "
+            "False or is cut off); raise a ValueError that names the bad length.",
+            partial(_mask_variant, validate=False),
+        ),
+        Mistake(
+            "True marks padding",
+            "Your mask is True at the padding; the course's convention is True = real token "
+            "(PyTorch's key_padding_mask uses the opposite one: pass it ~mask).",
+            partial(_mask_variant, inverted=True),
+        ),
+        Mistake(
+            "off by one",
+            "Your mask has one True too many per sequence: position t is real when t < length "
+            "(positions count from 0).",
+            partial(_mask_variant, inclusive=True),
+        ),
+        Mistake(
+            "max_len ignored",
+            "`max_len` is ignored: the mask must have max_len columns when it is given, even "
+            "when it is longer than every sequence.",
+            partial(_mask_variant, ignore_max_len=True),
+        ),
+        Mistake(
+            "0/1 numbers instead of bool",
+            "Your mask holds 0/1 numbers; it must be a bool tensor (x[mask] selects rows only "
+            "with a bool mask; an integer one indexes rows 0 and 1).",
+            partial(_mask_variant, as_numbers=True),
+        ),
+    ),
+    checks=(
+        Check(
+            "lengths given as a list: one row per sequence, as many columns as the longest",
+            lambda rng: _mask_case([3, 1, 4], as_list=True),
+            points=1,
+        ),
+        Check(
+            "lengths given as a tensor, with a max_len longer than every sequence",
+            lambda rng: _mask_case([2, 5], max_len=7),
+            points=1,
+        ),
+        Check(
+            "very different lengths in one batch",
+            _very_different_lengths,
+            points=1,
+            hidden=True,
+        ),
+        Check(
+            "single-token sequences",
+            lambda rng: _mask_case(np.ones(int(rng.integers(3, 9)), np.int64)),
+            points=0.5,
+            hidden=True,
+        ),
+        Check(
+            "a sequence of length 0 gives a row of False",
+            _with_empty_sequences,
+            points=0.5,
+            hidden=True,
+        ),
+        Check(
+            "a negative length raises ValueError",
+            _negative_length,
+            points=0.5,
+            hidden=True,
+        ),
+        Check(
+            "a length above max_len raises ValueError",
+            _too_long,
+            points=0.5,
+            hidden=True,
+        ),
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------
+# masked_batch_norm
+
+
+def _masked_bn_variant(
+    x,
+    mask,
+    running_mean=None,
+    running_var=None,
+    weight=None,
+    bias=None,
+    training=False,
+    momentum=0.1,
+    eps=1e-5,
+    *,
+    pad_in_stats=False,
+    pad_in_running=False,
+    biased_running=False,
+    padded_count=False,
+    eval_batch_stats=False,
+    multiply_mask=False,
+    check_empty=True,
+    in_place=True,
+):
+    """Masked BatchNorm over (B, L, D) with a switch per classic slip; all off is correct."""
+    if check_empty and not mask.any():
+        raise ValueError("no real tokens")
+    m = mask[..., None]  # (B, L, 1)
+    n_real, n_all = int(mask.sum()), mask.numel()
+
+    def stats(everything: bool):
+        if everything:
+            flat = x.reshape(-1, x.shape[-1])
+            mean = flat.mean(0)
+            return mean, ((flat - mean) ** 2).mean(0)
+        if multiply_mask:  # 0 · NaN = NaN: the padding's values still reach the sums
+            mean = (x * m).sum((0, 1)) / n_real
+            return mean, (((x - mean) * m) ** 2).sum((0, 1)) / n_real
+        real = x[mask]  # (N_real, D)
+        mean = real.mean(0)
+        return mean, ((real - mean) ** 2).mean(0)
+
+    if training or running_mean is None or eval_batch_stats:
+        mean, var = stats(pad_in_stats)
+        if training and running_mean is not None:
+            r_mean, r_var = stats(pad_in_stats or pad_in_running)
+            n = n_all if (padded_count or pad_in_stats or pad_in_running) else n_real
+            unbiased = r_var if biased_running else r_var * n / (n - 1)
+            with torch.no_grad():
+                new_mean = (1 - momentum) * running_mean + momentum * r_mean
+                new_var = (1 - momentum) * running_var + momentum * unbiased
+                if in_place:
+                    running_mean.copy_(new_mean)
+                    running_var.copy_(new_var)
+                else:  # rebinding the names: the caller's tensors never change
+                    running_mean, running_var = new_mean, new_var
+    else:
+        mean, var = running_mean, running_var
+    y = (x - mean) / torch.sqrt(var + eps)
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y * m if multiply_mask else torch.where(m, y, 0.0)
+
+
+def _probe_masked_bn(masked_batch_norm, a: Arrays) -> Arrays:
+    """Run the scenario: one call per step (training or eval), sharing the running statistics."""
+    running_mean, running_var, weight, bias = tensors(
+        a, "running_mean", "running_var", "weight", "bias"
+    )
+    kwargs = {
+        "running_mean": running_mean,
+        "running_var": running_var,
+        "weight": weight,
+        "bias": bias,
+        "momentum": float(a["momentum"]),
+        "eps": float(a["eps"]),
+    }
+    real, padding = [], []
+    for step, training in enumerate(a["training"].tolist()):
+        x = torch.from_numpy(a["x"][step].copy())
+        mask = torch.from_numpy(a["mask"][step].copy())
+        if "must_raise" in a:
+            try:
+                masked_batch_norm(x, mask, training=bool(training), **kwargs)
+            except ValueError:
+                return {RAISED: np.array(True)}
+            return {RAISED: np.array(False)}
+        y = masked_batch_norm(x, mask, training=bool(training), **kwargs)
+        if tuple(getattr(y, "shape", ())) != tuple(x.shape):
+            return {"output": y}  # reported as a shape mismatch
+        real.append(y[mask])
+        padding.append(y[~mask])
+    out = {"output at real tokens": torch.cat(real)}
+    if running_mean is not None:
+        out |= {"running_mean": running_mean, "running_var": running_var}
+    if "grade_padding" in a:
+        out["output at padding"] = torch.cat(padding)
+    return out
+
+
+def _bn_scenario(
+    rng,
+    steps,
+    max_len,
+    dim=4,
+    *,
+    training=None,
+    running=True,
+    affine=False,
+    pad="zero",
+    eval_stats=False,
+    **flags,
+) -> Arrays:
+    """One batch per step (a lengths array each, all padded to max_len), run in training unless
+    `training` says otherwise; running statistics start at 0 and 1 (random with `eval_stats`)."""
+    batches = [_padded(rng, lengths, max_len, dim, pad) for lengths in steps]
+    case = {
+        "x": np.stack([b["x"] for b in batches]),
+        "mask": np.stack([b["mask"] for b in batches]),
+        "training": np.array([True] * len(steps) if training is None else training),
+        "momentum": np.array(0.1),
+        "eps": np.array(1e-5),
+    }
+    if running:
+        case["running_mean"] = np.zeros(dim, np.float32)
+        case["running_var"] = np.ones(dim, np.float32)
+        if eval_stats:
+            case["running_mean"] = rng.uniform(1.0, 5.0, dim).astype(np.float32)
+            case["running_var"] = rng.uniform(2.0, 6.0, dim).astype(np.float32)
+    if affine:
+        case["weight"] = rng.normal(1.0, 0.5, dim).astype(np.float32)
+        case["bias"] = rng.normal(0.0, 0.5, dim).astype(np.float32)
+    return case | {k: np.array(True) for k, v in flags.items() if v}
+
+
+def _appended_padding(rng) -> Arrays:
+    lengths = [int(rng.integers(8, 13)), 1, int(rng.integers(3, 7))]
+    return _bn_scenario(rng, [lengths], 4 * max(lengths), pad="garbage", affine=True)
+
+
+def _extreme_batch(rng) -> Arrays:
+    # A long sequence, single-token ones, and an all-padding row, in a random order.
+    lengths = rng.permutation([int(rng.integers(20, 40)), 1, 1, 0, int(rng.integers(2, 5))])
+    return _bn_scenario(rng, [lengths], int(lengths.max()) + 3, pad="garbage")
+
+
+def _running_scenario(rng) -> Arrays:
+    steps = [rng.integers(1, 9, 4) for _ in range(4)]
+    return _bn_scenario(rng, steps, 10, training=[True, True, True, False], affine=True)
+
+
+def _eval_composition(rng) -> Arrays:
+    lengths = rng.integers(1, 7, int(rng.integers(2, 6)))
+    return _bn_scenario(rng, [lengths], 8, training=[False], pad="garbage", eval_stats=True)
+
+
+MASKED_BATCH_NORM = Exercise(
+    name="masked_batch_norm",
+    reference=ref.masked_batch_norm,
+    probe=_probe_masked_bn,
+    forbidden=(
+        "masked_batch_norm",
+        "batch_norm",
+        "native_batch_norm",
+        "_native_batch_norm_legit",
+        "_native_batch_norm_legit_no_training",
+        "_native_batch_norm_legit_functional",
+        "BatchNorm",
+        "BatchNorm1d",
+        "instance_norm",
+        "InstanceNorm1d",
+        "layer_norm",
+        "native_layer_norm",
+        "LayerNorm",
+        "group_norm",
+        "native_group_norm",
+        "GroupNorm",
+    ),
+    mistakes=(
+        Mistake(
+            "no error for a batch without real tokens",
+            "A batch with no real token has no statistics (0/0 = NaN); raise a ValueError "
+            "instead of returning NaN or updating the running statistics with it.",
+            partial(_masked_bn_variant, check_empty=False),
+        ),
+        Mistake(
+            "padding included in the statistics",
+            "Your statistics include the padded positions: the mean and variance must run over "
+            "the real tokens only (x[mask]); the padding drags them toward its own value.",
+            partial(_masked_bn_variant, pad_in_stats=True),
+        ),
+        Mistake(
+            "padding included in the running statistics",
+            "You normalize with statistics over the real tokens, but update running_mean and "
+            "running_var from every position, padding included; evaluation then uses polluted "
+            "statistics.",
+            partial(_masked_bn_variant, pad_in_running=True),
+        ),
+        Mistake(
+            "padded count in the unbiased correction",
+            "running_var's unbiased correction n/(n−1) counts the padded positions; n is the "
+            "number of real tokens.",
+            partial(_masked_bn_variant, padded_count=True),
+        ),
+        Mistake(
+            "biased running variance",
+            "running_var is updated with the biased variance; like nn.BatchNorm1d it stores the "
+            "unbiased one, n/(n−1)·σ², n being the number of real tokens.",
+            partial(_masked_bn_variant, biased_running=True),
+        ),
+        Mistake(
+            "running statistics not updated in place",
+            "running_mean and running_var are never changed for the caller: update them in "
+            "place (running_mean.mul_(1 − m).add_(m·mean), or running_mean[:] = …); assigning "
+            "a new tensor to the argument's name is lost when the function returns.",
+            partial(_masked_bn_variant, in_place=False),
+        ),
+        Mistake(
+            "batch statistics in evaluation",
+            "With training=False the running statistics must be used, not the statistics of the "
+            "batch in front of you.",
+            partial(_masked_bn_variant, eval_batch_stats=True),
+        ),
+        Mistake(
+            "masking by multiplication",
+            "The padding's values still reach your arithmetic: x·mask keeps 0·NaN = NaN (and "
+            "0·inf); select the real tokens (x[mask], torch.where) instead of multiplying.",
+            partial(_masked_bn_variant, multiply_mask=True),
+        ),
+    ),
+    checks=(
+        Check(
+            "one training step, no running statistics: equals BatchNorm over the real tokens",
+            lambda rng: _bn_scenario(rng, [[6, 2]], 6, dim=3, running=False),
+            points=1,
+            atol=1e-4,
+            rtol=1e-4,
+        ),
+        Check(
+            "three training steps then evaluation: outputs and running statistics",
+            lambda rng: _bn_scenario(
+                rng, [[5, 2], [3, 6], [1, 4], [6, 3]], 6, dim=3, training=[True, True, True, False]
+            ),
+            points=1,
+            atol=1e-4,
+            rtol=1e-4,
+        ),
+        Check(
+            "invariant to appended padding (4× the longest sequence, any padding values)",
+            _appended_padding,
+            points=1,
+            hidden=True,
+            atol=1e-4,
+            rtol=1e-4,
+        ),
+        Check(
+            "very different lengths, single-token sequences and an all-padding row",
+            _extreme_batch,
+            points=1,
+            hidden=True,
+            atol=1e-4,
+            rtol=1e-4,
+        ),
+        Check(
+            "running statistics over real tokens only, across batches with different masks",
+            _running_scenario,
+            points=1.5,
+            hidden=True,
+            atol=1e-4,
+            rtol=1e-4,
+        ),
+        Check(
+            "evaluation: a token's output does not depend on the rest of the batch",
+            _eval_composition,
+            points=1,
+            hidden=True,
+            atol=1e-4,
+            rtol=1e-4,
+        ),
+        Check(
+            "NaN padding never reaches the statistics",
+            lambda rng: _bn_scenario(rng, [rng.integers(1, 7, 3)], 8, pad="nan"),
+            points=0.5,
+            hidden=True,
+            atol=1e-4,
+            rtol=1e-4,
+        ),
+        Check(
+            "the output is 0 at padded positions",
+            lambda rng: _bn_scenario(
+                rng, [rng.integers(1, 7, 3)], 8, pad="garbage", affine=True, grade_padding=True
+            ),
+            points=0.5,
+            hidden=True,
+            atol=1e-4,
+            rtol=1e-4,
+        ),
+        Check(
+            "a batch with no real tokens raises ValueError",
+            lambda rng: _bn_scenario(rng, [np.zeros(3, np.int64)], 5, must_raise=True),
+            points=0.5,
+            hidden=True,
+        ),
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------
+# masked_mean_pool
+
+
+def _pool_variant(
+    h, mask, *, include_padding=False, divide_by_length=False, multiply_mask=False, empty="error"
+):
+    """Mean over time with a switch per classic slip; all off is correct."""
+    count = mask.sum(1, keepdim=True)  # (B, 1)
+    if empty == "error" and (count == 0).any():
+        raise ValueError("a sequence with no real tokens has no mean")
+    if include_padding:
+        return h.mean(1)
+    m = mask[..., None]
+    total = (h * m).sum(1) if multiply_mask else torch.where(m, h, 0.0).sum(1)
+    if divide_by_length:
+        return total / h.shape[1]
+    return total / (count.clamp(min=1) if empty == "zero" else count)
+
+
+def _probe_pool(masked_mean_pool, a: Arrays) -> Arrays:
+    h, mask = tensors(a, "x", "mask")
+    if "must_raise" in a:
+        try:
+            pooled = masked_mean_pool(h, mask)
+        except ValueError:
+            return {RAISED: np.array(True)}
+        return {RAISED: np.array(False), "pooled": pooled}
+    return {"pooled": masked_mean_pool(h, mask)}
+
+
+def _pool_case(rng, lengths, max_len=None, pad="garbage", **flags) -> Arrays:
+    return _padded(rng, lengths, max_len, dim=5, pad=pad) | {
+        k: np.array(True) for k, v in flags.items() if v
+    }
+
+
+def _pool_appended(rng) -> Arrays:
+    lengths = rng.integers(1, 6, 4)
+    return _pool_case(rng, lengths, 5 * int(lengths.max()))
+
+
+def _pool_empty_row(rng) -> Arrays:
+    lengths = rng.integers(1, 6, 4)
+    lengths[rng.integers(4)] = 0
+    return _pool_case(rng, lengths, 6, pad="zero", must_raise=True)
+
+
+MASKED_MEAN_POOL = Exercise(
+    name="masked_mean_pool",
+    reference=partial(ref.masked_mean, dim=1),
+    probe=_probe_pool,
+    forbidden=("masked_mean", "masked_mean_pool", "nanmean"),
+    mistakes=(
+        Mistake(
+            "empty sequence gives NaN",
+            "A sequence with no real tokens gives 0/0 = NaN silently; raise a ValueError that "
+            "says which sequence is empty.",
+            partial(_pool_variant, empty="nan"),
+        ),
+        Mistake(
+            "empty sequence hidden by clamping the count",
+            "Clamping the token count to at least 1 turns a sequence with no real tokens into a "
+            "silent vector of zeros; raise a ValueError instead.",
+            partial(_pool_variant, empty="zero"),
+        ),
+        Mistake(
+            "padding included in the mean",
+            "Your pooled vector includes the padded positions (the naive h.mean(1)); average "
+            "over the real tokens only.",
+            partial(_pool_variant, include_padding=True),
+        ),
+        Mistake(
+            "divided by the padded length",
+            "You sum the real tokens but divide by the padded length L; divide by each "
+            "sequence's number of real tokens, mask.sum(1).",
+            partial(_pool_variant, divide_by_length=True),
+        ),
+        Mistake(
+            "masking by multiplication",
+            "The padding's values still reach your sum: h·mask keeps 0·NaN = NaN; select the "
+            "real tokens with torch.where(mask[..., None], h, 0) instead of multiplying.",
+            partial(_pool_variant, multiply_mask=True),
+        ),
+    ),
+    checks=(
+        Check(
+            "the mean over the real tokens of a (2, 5, 5) batch with values in its padding",
+            lambda rng: _pool_case(rng, [5, 2]),
+            points=1,
+        ),
+        Check(
+            "very different lengths, garbage in the padding",
+            lambda rng: _pool_case(rng, rng.permutation([1, int(rng.integers(100, 200)), 3])),
+            points=1,
+            hidden=True,
+        ),
+        Check(
+            "invariant to appended padding (5× the longest sequence)",
+            _pool_appended,
+            points=1,
+            hidden=True,
+        ),
+        Check(
+            "single-token sequences give that token",
+            lambda rng: _pool_case(rng, np.ones(3, np.int64), int(rng.integers(2, 6))),
+            points=0.5,
+            hidden=True,
+        ),
+        Check(
+            "NaN padding never reaches the result",
+            lambda rng: _pool_case(rng, rng.integers(1, 7, 3), 8, pad="nan"),
+            points=0.5,
+            hidden=True,
+        ),
+        Check(
+            "a sequence with no real tokens raises ValueError (not NaN)",
+            _pool_empty_row,
+            points=1,
+            hidden=True,
+        ),
+    ),
+)
+
+EXERCISES = (LENGTHS_TO_MASK, MASKED_BATCH_NORM, MASKED_MEAN_POOL)
+
+
+def _register() -> None:
+    """Add these exercises to `grader.checks.EXERCISES` when that registry does not list them.
+
+    Until grader/checks/__init__.py collects every module's EXERCISES, `check("lengths_to_mask",
+    …)` finds this module's exercises once it is imported; afterwards this is a no-op.
+    """
+    import grader.checks as registry
+
+    table = getattr(registry, "EXERCISES", None)  # absent while __init__ is still importing us
+    if isinstance(table, dict):
+        for exercise in EXERCISES:
+            table.setdefault(exercise.name, exercise)
+
+
+_register()
