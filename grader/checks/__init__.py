@@ -14,12 +14,15 @@ import inspect
 import os
 from typing import Any
 
+from grader.checks import batch_norm, layer_norm, placement, sequences
 from grader.checks.core import Exercise, Verdict, judge, plan
 from grader.checks.integrity import forbidden_uses, integrity_message
-from grader.checks.layer_norm import LAYER_NORM, LAYER_NORM_BACKWARD, STABLE_VAR
 from grader.checks.probe import call
 
-EXERCISES: dict[str, Exercise] = {e.name: e for e in (LAYER_NORM, STABLE_VAR, LAYER_NORM_BACKWARD)}
+# One module per notebook, each exporting EXERCISES; an exercise's name is unique course-wide.
+EXERCISES: dict[str, Exercise] = {
+    e.name: e for module in (layer_norm, batch_norm, sequences, placement) for e in module.EXERCISES
+}
 
 
 class CheckFailed(AssertionError):
