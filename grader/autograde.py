@@ -36,7 +36,8 @@ from nbgrader.preprocessors import (
 from grader.config import SOLUTIONS, assignments, course_config, use_this_environment
 from grader.nbgrader_steps import InjectResults, results_path
 from grader.notebook import read_notebook, restore_metadata, source_notebook
-from grader.submission import DEFAULT_LIMITS, Limits, Wrapper, grade_notebook
+from grader.sandbox import Sandbox
+from grader.submission import DEFAULT_LIMITS, Limits, grade_notebook
 
 
 @dataclass(frozen=True)
@@ -136,10 +137,10 @@ def prepare(course: Course) -> None:
         _write_atomically(stamp, digest)
 
 
-def grade(task: Task, course: Course, seed: int, limits: Limits, wrap: Wrapper | None) -> str:
+def grade(task: Task, course: Course, seed: int, limits: Limits, sandbox: Sandbox | None) -> str:
     """Phase 1 (any thread): grade and store the result; returns the fingerprint graded."""
     digest = fingerprint(task)
-    exercises = grade_notebook(task.submission, task.assignment, seed, limits, wrap)
+    exercises = grade_notebook(task.submission, task.assignment, seed, limits, sandbox)
     record = {"fingerprint": digest, "exercises": [asdict(e) for e in exercises]}
     _write_atomically(
         results_path(course.results, task.student, task.assignment), json.dumps(record)
@@ -205,7 +206,7 @@ def autograde(
     jobs: int | None = None,
     seed: int | None = None,
     limits: Limits = DEFAULT_LIMITS,
-    wrap: Wrapper | None = None,
+    sandbox: Sandbox | None = None,
     progress: bool = True,
 ) -> list[Outcome]:
     """Grade every submission under `submissions`; returns one outcome per student × notebook."""
@@ -223,7 +224,7 @@ def autograde(
             todo.append(task)
     bar = Progress(len(todo)) if progress else None
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-        futures = {pool.submit(grade, t, course, seed, limits, wrap): t for t in todo}
+        futures = {pool.submit(grade, t, course, seed, limits, sandbox): t for t in todo}
         for future in as_completed(futures):
             task = futures[future]
             try:

@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from grader.notebook import (
     setup_code,
     source_notebook,
 )
+from grader.sandbox import Sandbox
 
 MAX_RECORD_BYTES = 1 << 20
 
@@ -51,9 +51,6 @@ class ExerciseResult:
 
 
 DEFAULT_LIMITS = Limits()
-
-# Turns the runner's command line into the one that actually runs (e.g. inside bubblewrap).
-Wrapper = Callable[[list[str], Path], list[str]]
 
 
 def _verdict_for_all(name: str, error: StudentError, planned) -> Verdict:
@@ -91,11 +88,9 @@ def _read_outputs(job: Path, name: str, cases: int) -> tuple[list[Outputs], set[
     return outputs, {str(c) for c in record.get("calls", [])}
 
 
-def run_job(job: Path, limits: Limits, wrap: Wrapper | None, cases: int) -> None:
-    """Start the runner on `job` and wait, killing it if the whole notebook overruns."""
+def run_job(job: Path, limits: Limits, sandbox: Sandbox | None, cases: int) -> None:
+    """Start the runner on `job` (in the sandbox, if any) and wait, killing it if it overruns."""
     command = [sys.executable, "-m", "grader.runner", str(job)]
-    if wrap is not None:
-        command = wrap(command, job)
     env = {
         "PATH": os.environ.get("PATH", ""),
         "HOME": str(job),
@@ -113,7 +108,7 @@ def grade_notebook(
     assignment: str,
     seed: int,
     limits: Limits = DEFAULT_LIMITS,
-    wrap: Wrapper | None = None,
+    sandbox: Sandbox | None = None,
     hidden: bool = True,
 ) -> list[ExerciseResult]:
     """Every exercise of `assignment` in the notebook at `path`, in the notebook's order."""
@@ -152,7 +147,7 @@ def grade_notebook(
         (job / "job.json").write_text(json.dumps(spec))
         if specs:
             try:
-                run_job(job, limits, wrap, len(specs))
+                run_job(job, limits, sandbox, len(specs))
             except subprocess.TimeoutExpired:
                 pass  # exercises without a record are reported as crashed below
         for s in specs:

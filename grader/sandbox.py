@@ -1,0 +1,84 @@
+"""The isolation layer around the runner: bubblewrap, an unprivileged uid, limits, no network.
+
+Inside, the runner sees a read-only view of the system, a private /tmp, its own job directory
+(the only writable place), no network (its own network namespace), its own PID namespace, and
+empty folders where the answer key (solutions/, the git history), the grading working directory
+(gradebook, results, staged submissions) and the submissions of the class would be.
+
+Each concurrently running sandbox gets its own uid, so a per-uid limit such as RLIMIT_NPROC
+(a fork bomb's ceiling) is one student's alone.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from grader.config import REPO
+
+FIRST_UID = 61000  # unused by the system; no passwd entry is needed
+TMP_BYTES = 256 << 20
+
+
+class SandboxUnavailable(RuntimeError):
+    pass
+
+
+def available() -> bool:
+    return shutil.which("bwrap") is not None
+
+
+class Sandbox:
+    """Hands out one uid per concurrent job and builds the bubblewrap command line."""
+
+    def __init__(self, hidden: Iterable[Path], slots: int):
+        if not available():
+            raise SandboxUnavailable(
+                "bubblewrap is not installed (apt-get install bubblewrap); refusing to run "
+                "student code without a sandbox unless given --unsafe-no-sandbox"
+            )
+        self.hidden = [p.resolve() for p in hidden if p.exists()]
+        self.as_root = os.geteuid() == 0
+        self.uids: queue.Queue[int] = queue.Queue()
+        for i in range(slots):
+            self.uids.put(FIRST_UID + i)
+
+    @contextmanager
+    def slot(self) -> Iterator[int]:
+        uid = self.uids.get()
+        try:
+            yield uid
+        finally:
+            self.uids.put(uid)
+
+    def command(self, command: list[str], job: Path, uid: int) -> list[str]:
+        drop = []
+        if self.as_root:  # root ignores RLIMIT_NPROC: run as an unprivileged uid instead
+            os.chown(job, uid, uid)
+            drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+        bwrap = [
+            "bwrap",
+            "--ro-bind", "/", "/",
+            "--dev", "/dev",
+            "--proc", "/proc",
+            "--size", str(TMP_BYTES), "--tmpfs", "/tmp",
+            "--unshare-net",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--die-with-parent",
+            "--new-session",
+        ]  # fmt: skip
+        for path in self.hidden:
+            bwrap += ["--tmpfs", str(path)]
+        bwrap += ["--bind", str(job), str(job), "--chdir", str(job)]
+        return [*drop, *bwrap, *command]
+
+
+def secrets_of(course_root: Path, submissions: Path | None) -> list[Path]:
+    """What student code must never see: the answer key, grading state, the rest of the class."""
+    paths = [REPO / "solutions", REPO / ".git", REPO / "build", course_root]
+    return paths + ([submissions] if submissions is not None else [])
