@@ -1,5 +1,826 @@
-"""Checks for notebook 02 (BatchNorm vs LayerNorm)."""
+"""Checks for notebook 02 (BatchNorm vs LayerNorm): `batch_norm`, `torch_momentum`, `predict`,
+`group_norm`, `rms_norm`.
 
-from grader.checks.core import Exercise
+The stateful exercises are judged on whole scenarios, not single calls: `batch_norm` runs
+several training steps on distinct batches and then one evaluation call, and every output and
+the running statistics after every call are compared with `F.batch_norm` (what `nn.BatchNorm1d`
+calls). Effect sizes the hidden inputs rely on, far above the 1e-5 tolerance for any seed:
 
-EXERCISES: tuple[Exercise, ...] = ()
+- 4 values per channel: normalizing with the unbiased variance scales outputs by √(3/4) (13 %);
+  storing the biased variance moves `running_var` by m·σ²/3 (≈ 0.03 at m = 0.1);
+- the swapped momentum convention gives the new batch weight 1 − m instead of m;
+- a square (N = C) batch or an (N, L, C)-confusable (N, C, L = C) batch lets the wrong-axis slips
+  run silently, so they are named rather than crash;
+- group and RMS rows scaled by 1e-3 (variance ≈ 1e-6, mean square ≈ 1e-6) make ε misplaced or
+  misread change the output by order one.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from grader.checks.core import Arrays, Check, Exercise, Mistake, to_array
+from grader.checks.probe import tensors
+
+# ---------------------------------------------------------------------------------------------
+# batch_norm: running statistics with exact PyTorch semantics
+
+
+def _batch_norm_variant(
+    x,
+    running_mean,
+    running_var,
+    weight=None,
+    bias=None,
+    training=False,
+    momentum=0.1,
+    eps=1e-5,
+    *,
+    norm_correction=0,
+    store_correction=1,
+    swapped_momentum=False,
+    update=True,
+    update_in_eval=False,
+    batch_stats_in_eval=False,
+    axis="channel",
+):
+    """One batch norm with a switch per classic mistake; all switches at defaults is correct."""
+    channel = (1, -1, *[1] * (x.dim() - 2))  # a (C,) tensor viewed against (N, C, *)
+    if axis == "channel":  # every dim but 1: the channel's values over N (and L)
+        dims, shape = (0, *range(2, x.dim())), channel
+    elif axis == "sample":  # every dim but 0: one sample's features, LayerNorm's set
+        dims, shape = tuple(range(1, x.dim())), (-1, *[1] * (x.dim() - 1))
+    else:  # "last": channels taken as the last dim, the (N, L, C) reading of (N, C, L)
+        dims, shape = tuple(range(x.dim() - 1)), (*[1] * (x.dim() - 1), -1)
+    mean = x.mean(dims)
+    biased = (x - mean.reshape(shape)).square().mean(dims)
+    n = x.numel() // mean.numel()
+    unbiased = biased * n / (n - 1) if n > 1 else torch.full_like(biased, float("nan"))
+    if training or batch_stats_in_eval:
+        mu = mean.reshape(shape)
+        var = (unbiased if norm_correction else biased).reshape(shape)
+    else:
+        mu, var = running_mean.reshape(channel), running_var.reshape(channel)
+    if (training and update) or update_in_eval or batch_stats_in_eval:
+        new = 1 - momentum if swapped_momentum else momentum
+        stored = unbiased if store_correction else biased
+        with torch.no_grad():
+            running_mean.mul_(1 - new).add_(new * mean)
+            running_var.mul_(1 - new).add_(new * stored)
+    y = (x - mu) / torch.sqrt(var + eps)
+    if weight is not None:
+        y = y * weight.reshape(channel)
+    if bias is not None:
+        y = y + bias.reshape(channel)
+    return y
+
+
+BATCH_NORM_MISTAKES = (
+    Mistake(
+        "unbiased variance to normalize",
+        "You normalize with the unbiased variance (n−1); BatchNorm normalizes with the biased "
+        "batch variance (÷ n) and keeps the unbiased one only for `running_var`.",
+        partial(_batch_norm_variant, norm_correction=1),
+    ),
+    Mistake(
+        "biased variance stored",
+        "Your `running_var` accumulates the biased batch variance; PyTorch stores the unbiased "
+        "one, σ²·n/(n−1), in `running_var` (it normalizes with the biased one).",
+        partial(_batch_norm_variant, store_correction=0),
+    ),
+    Mistake(
+        "swapped momentum",
+        "Your running update is m·old + (1−m)·new, the Keras/CS231n convention; PyTorch's "
+        "`momentum` is the weight of the new batch: (1−m)·old + m·new.",
+        partial(_batch_norm_variant, swapped_momentum=True),
+    ),
+    Mistake(
+        "running stats not updated",
+        "`running_mean` and `running_var` are not updated in training: they must be changed in "
+        "place (e.g. `running_mean.mul_(1 - m).add_(m * mean)`), not rebound to new tensors.",
+        partial(_batch_norm_variant, update=False),
+    ),
+    Mistake(
+        "running stats updated in eval",
+        "Your evaluation call changes `running_mean`/`running_var`; with `training=False` the "
+        "running statistics are only read, never updated.",
+        partial(_batch_norm_variant, update_in_eval=True),
+    ),
+    Mistake(
+        "batch statistics in eval",
+        "With `training=False` you still use (and track) the batch statistics; evaluation "
+        "normalizes with `running_mean` and `running_var` and leaves them unchanged.",
+        partial(_batch_norm_variant, batch_stats_in_eval=True),
+    ),
+    Mistake(
+        "per-sample statistics",
+        "Your statistics run over each sample's features (LayerNorm's axis); BatchNorm's run "
+        "over the batch for each channel (every dim except dim 1).",
+        partial(_batch_norm_variant, axis="sample"),
+    ),
+    Mistake(
+        "channels taken as the last dim",
+        "Your statistics treat the last dim as the channels, as if the input were (N, L, C); "
+        "BatchNorm's channels are dim 1 of an (N, C) or (N, C, L) input.",
+        partial(_batch_norm_variant, axis="last"),
+    ),
+)
+
+
+def _snapshot(value) -> np.ndarray:
+    """The value now, so that later in-place updates cannot change what was recorded."""
+    return np.array(to_array(value), copy=True)
+
+
+def _probe_batch_norm(batch_norm, a: Arrays) -> Arrays:
+    """Training steps on a["train0"], a["train1"], ... then one evaluation call on a["eval"]."""
+    running_mean, running_var, weight, bias = tensors(
+        a, "running_mean", "running_var", "weight", "bias"
+    )
+    options = {"momentum": float(a["momentum"]), "eps": float(a["eps"])}
+    out: Arrays = {}
+    steps = sorted((k for k in a if k.startswith("train")), key=lambda k: int(k[5:]))
+    for i, key in enumerate(steps):
+        (x,) = tensors(a, key)
+        y = batch_norm(x, running_mean, running_var, weight, bias, training=True, **options)
+        out[f"y_step{i}"] = _snapshot(y)
+        out[f"running_mean_step{i}"] = _snapshot(running_mean)
+        out[f"running_var_step{i}"] = _snapshot(running_var)
+    (x,) = tensors(a, "eval")
+    y = batch_norm(x, running_mean, running_var, weight, bias, training=False, **options)
+    out["y_eval"] = _snapshot(y)
+    out["running_mean_after_eval"] = _snapshot(running_mean)
+    out["running_var_after_eval"] = _snapshot(running_var)
+    return out
+
+
+def _bn_case(
+    rng,
+    batches: list[np.ndarray],
+    x_eval: np.ndarray,
+    *,
+    affine: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+    random_start: bool = False,
+) -> Arrays:
+    c = x_eval.shape[1]
+    case: Arrays = {f"train{i}": b for i, b in enumerate(batches)}
+    case["eval"] = x_eval
+    dtype = x_eval.dtype
+    if random_start:
+        case["running_mean"] = rng.normal(0.0, 2.0, c).astype(dtype)
+        case["running_var"] = rng.uniform(0.5, 3.0, c).astype(dtype)
+    else:
+        case["running_mean"] = np.zeros(c, dtype)
+        case["running_var"] = np.ones(c, dtype)
+    if affine:
+        case["weight"] = rng.normal(1.0, 0.5, c).astype(dtype)
+        case["bias"] = rng.normal(0.0, 0.5, c).astype(dtype)
+    case["momentum"], case["eps"] = np.array(momentum), np.array(eps)
+    return case
+
+
+def _shifted(rng, *shape, dtype=np.float32) -> np.ndarray:
+    """Channels with their own mean and scale, so the running statistics visibly move."""
+    c = shape[1]
+    loc = rng.normal(0.0, 3.0, c).reshape(1, c, *[1] * (len(shape) - 2))
+    scale = rng.uniform(0.5, 3.0, c).reshape(1, c, *[1] * (len(shape) - 2))
+    return (loc + scale * rng.standard_normal(shape)).astype(dtype)
+
+
+SEED_TABLE = np.array([[1.0, 3.0], [5.0, 7.0]], np.float32)
+
+
+def _bn_steps(rng, shape, steps=3, eval_n=None, **kwargs) -> Arrays:
+    batches = [_shifted(rng, *shape) for _ in range(steps)]
+    x_eval = _shifted(rng, eval_n or shape[0], *shape[1:])
+    return _bn_case(rng, batches, x_eval, **kwargs)
+
+
+BATCH_NORM = Exercise(
+    name="batch_norm",
+    reference=F.batch_norm,
+    probe=_probe_batch_norm,
+    forbidden=(
+        "batch_norm",
+        "native_batch_norm",
+        "_native_batch_norm_legit",
+        "_native_batch_norm_legit_no_training",
+        "_batch_norm_impl_index",
+        "_batch_norm_with_update",
+        "_batch_norm_no_update",
+        "BatchNorm",
+        "BatchNorm1d",
+        "BatchNorm2d",
+        "BatchNorm3d",
+        "instance_norm",
+        "InstanceNorm1d",
+        "InstanceNorm2d",
+        "InstanceNorm3d",
+        "layer_norm",
+        "native_layer_norm",
+        "LayerNorm",
+        "group_norm",
+        "native_group_norm",
+        "GroupNorm",
+    ),
+    mistakes=BATCH_NORM_MISTAKES,
+    checks=(
+        Check(
+            "the seed's table (1, 3), (5, 7): one training step, then eval on it",
+            lambda rng: _bn_case(rng, [SEED_TABLE], SEED_TABLE),
+            points=1,
+        ),
+        Check(
+            "three training steps on distinct (8, 4) batches with weight and bias, then eval",
+            lambda rng: _bn_steps(rng, (8, 4), affine=True),
+            points=2,
+        ),
+        Check(
+            "(N, C, L) input: statistics per channel over N and L, three steps, then eval",
+            lambda rng: _bn_steps(rng, (3, 4, 4)),
+            points=2,
+            hidden=True,
+        ),
+        Check(
+            "batches of 4 values per channel, momentum 0.3 (which variance goes where?)",
+            lambda rng: _bn_steps(rng, (4, 5), steps=4, affine=True, momentum=0.3),
+            points=2,
+            hidden=True,
+        ),
+        Check(
+            "running statistics that start elsewhere than 0 and 1, eval on another batch",
+            lambda rng: _bn_steps(rng, (6, 3), steps=2, eval_n=5, random_start=True),
+            points=1.5,
+            hidden=True,
+        ),
+        Check(
+            "a square (5, 5) batch, momentum 0.5 and eps 1e-3",
+            lambda rng: _bn_steps(rng, (5, 5), affine=True, momentum=0.5, eps=1e-3),
+            points=1,
+            hidden=True,
+        ),
+        Check(
+            "evaluation on a single sample uses the running statistics",
+            lambda rng: _bn_steps(rng, (6, 4), steps=2, eval_n=1),
+            points=0.5,
+            hidden=True,
+        ),
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------
+# torch_momentum: the Keras / CS231n convention converted to PyTorch's
+
+
+def _keras_to_torch(keras_momentum: float) -> float:
+    return 1.0 - keras_momentum
+
+
+def _probe_torch_momentum(torch_momentum, a: Arrays) -> Arrays:
+    """The PyTorch momentum the answer gives, and what nn.BatchNorm1d then stores."""
+    momentum = float(torch_momentum(float(a["keras_momentum"])))
+    bn = nn.BatchNorm1d(a["batches"].shape[-1], affine=False, momentum=momentum)
+    with torch.no_grad():
+        for batch in torch.from_numpy(a["batches"].copy()):
+            bn(batch)
+    return {
+        "momentum": np.array(momentum),
+        "running_mean": _snapshot(bn.running_mean),
+        "running_var": _snapshot(bn.running_var),
+    }
+
+
+def _momentum_case(rng, keras_momentum: float) -> Arrays:
+    batches = (rng.normal(0.0, 2.0, (1, 1, 3)) + rng.standard_normal((4, 8, 3))).astype(np.float32)
+    return {"keras_momentum": np.array(keras_momentum), "batches": batches}
+
+
+TORCH_MOMENTUM = Exercise(
+    name="torch_momentum",
+    reference=_keras_to_torch,
+    probe=_probe_torch_momentum,
+    mistakes=(
+        Mistake(
+            "convention not converted",
+            "You pass the Keras momentum to PyTorch unchanged; Keras's momentum weights the old "
+            "running value, PyTorch's weights the new batch, so one is 1 − the other.",
+            lambda keras_momentum: keras_momentum,
+        ),
+        Mistake(
+            "PyTorch's default hard-coded",
+            "You return PyTorch's default 0.1 whatever the Keras momentum; 0.1 is right only "
+            "for Keras momentum 0.9 (Keras's own default, 0.99, is PyTorch's 0.01).",
+            lambda keras_momentum: 0.1,
+        ),
+    ),
+    checks=(
+        Check(
+            "the CS231n value 0.9, then four batches through nn.BatchNorm1d",
+            lambda rng: _momentum_case(rng, 0.9),
+            points=1,
+        ),
+        Check(
+            "Keras's default 0.99",
+            lambda rng: _momentum_case(rng, 0.99),
+            points=0.5,
+            hidden=True,
+        ),
+        Check(
+            "another Keras momentum",
+            lambda rng: _momentum_case(rng, float(rng.uniform(0.55, 0.85))),
+            points=0.5,
+            hidden=True,
+        ),
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------
+# predict: evaluation outputs without touching the buffers (no_grad is not eval)
+
+
+def _predict_reference(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        y = model(x)
+    model.train(was_training)
+    return y
+
+
+def _predict_no_grad(model, x):
+    with torch.no_grad():
+        return model(x)
+
+
+def _predict_not_restored(model, x):
+    model.eval()
+    with torch.no_grad():
+        return model(x)
+
+
+def _predict_with_graph(model, x):
+    was_training = model.training
+    model.eval()
+    y = model(x)
+    model.train(was_training)
+    return y
+
+
+def _predict_back_to_train(model, x):
+    model.eval()
+    with torch.no_grad():
+        y = model(x)
+    model.train()
+    return y
+
+
+def _model_from(a: Arrays) -> nn.Sequential:
+    """Linear → BatchNorm1d → ReLU → Linear, with the weights and buffers given in `a`."""
+    d, h = a["w1"].shape[1], a["w1"].shape[0]
+    model = nn.Sequential(nn.Linear(d, h), nn.BatchNorm1d(h), nn.ReLU(), nn.Linear(h, 3))
+    names = {
+        "0.weight": "w1",
+        "0.bias": "b1",
+        "1.weight": "gamma",
+        "1.bias": "beta",
+        "1.running_mean": "running_mean",
+        "1.running_var": "running_var",
+        "3.weight": "w2",
+        "3.bias": "b2",
+    }
+    state = {k: torch.from_numpy(a[v].copy()) for k, v in names.items()}
+    state["1.num_batches_tracked"] = torch.tensor(int(a["tracked"]))
+    model.load_state_dict(state)
+    model.train(bool(a["training"]))
+    return model
+
+
+def _probe_predict(predict, a: Arrays) -> Arrays:
+    model = _model_from(a)
+    (x,) = tensors(a, "x")
+    y = predict(model, x)
+    bn = model[1]
+    return {
+        "y": _snapshot(y),
+        "builds_graph": np.array(float(getattr(y, "requires_grad", False))),
+        "training_after": np.array(float(model.training)),
+        "running_mean": _snapshot(bn.running_mean),
+        "running_var": _snapshot(bn.running_var),
+        "num_batches_tracked": _snapshot(bn.num_batches_tracked),
+    }
+
+
+def _predict_case(rng, n: int, training: bool) -> Arrays:
+    d, h = 5, 6
+    f32 = np.float32
+    return {
+        "w1": rng.normal(0, 0.5, (h, d)).astype(f32),
+        "b1": rng.normal(0, 0.5, h).astype(f32),
+        "gamma": rng.uniform(0.5, 1.5, h).astype(f32),
+        "beta": rng.normal(0, 0.3, h).astype(f32),
+        # running statistics far from any single batch's, as after training on other data
+        "running_mean": rng.normal(0, 1.5, h).astype(f32),
+        "running_var": rng.uniform(2.0, 4.0, h).astype(f32),
+        "tracked": np.array(100),
+        "w2": rng.normal(0, 0.5, (3, h)).astype(f32),
+        "b2": rng.normal(0, 0.5, 3).astype(f32),
+        "training": np.array(training),
+        "x": rng.standard_normal((n, d)).astype(f32),
+    }
+
+
+PREDICT = Exercise(
+    name="predict",
+    reference=_predict_reference,
+    probe=_probe_predict,
+    mistakes=(
+        Mistake(
+            "no_grad taken for eval",
+            "`torch.no_grad()` only stops gradient tracking: in train mode BatchNorm still "
+            "normalizes with the batch statistics and updates its running buffers; call "
+            "`model.eval()` for evaluation.",
+            _predict_no_grad,
+        ),
+        Mistake(
+            "mode not restored",
+            "The model is left in eval mode; put it back in the mode it was in "
+            "(`model.train(was_training)`), or the next training step silently stops updating "
+            "BatchNorm's statistics.",
+            _predict_not_restored,
+        ),
+        Mistake(
+            "autograd graph built",
+            "Your outputs carry an autograd graph; evaluation also needs `torch.no_grad()` (or "
+            "`torch.inference_mode()`) — not for BatchNorm's sake, for memory and speed.",
+            _predict_with_graph,
+        ),
+        Mistake(
+            "always back to train mode",
+            "A model that was already in eval mode comes back in train mode; restore the mode "
+            "it was in (`model.training` before the call), not always `train()`.",
+            _predict_back_to_train,
+        ),
+    ),
+    checks=(
+        Check(
+            "a model in train mode: outputs from the running statistics, buffers untouched",
+            lambda rng: _predict_case(rng, 8, training=True),
+            points=2,
+        ),
+        Check(
+            "a model already in eval mode stays in eval mode",
+            lambda rng: _predict_case(rng, 8, training=False),
+            points=1,
+            hidden=True,
+        ),
+        Check(
+            "a model in train mode, asked about a single sample",
+            lambda rng: _predict_case(rng, 1, training=True),
+            points=1,
+            hidden=True,
+        ),
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------
+# group_norm
+
+
+def _group_norm_variant(
+    x,
+    num_groups,
+    weight=None,
+    bias=None,
+    eps=1e-5,
+    *,
+    correction=0,
+    eps_outside=False,
+    interleaved=False,
+    per_position=False,
+    affine=True,
+):
+    """Group norm with a switch per classic slip; the defaults are correct."""
+    n, c = x.shape[:2]
+    if interleaved:  # channel k in group k % G
+        grouped = x.reshape(n, c // num_groups, num_groups, -1).transpose(1, 2)
+    else:  # C/G consecutive channels per group
+        grouped = x.reshape(n, num_groups, c // num_groups, -1)
+    dims = (2,) if per_position else (2, 3)
+    mean = grouped.mean(dims, keepdim=True)
+    var = grouped.var(dims, keepdim=True, correction=correction)
+    if eps_outside:
+        y = (grouped - mean) / (var.sqrt() + eps)
+    else:
+        y = (grouped - mean) / torch.sqrt(var + eps)
+    if interleaved:
+        y = y.transpose(1, 2)
+    y = y.reshape(x.shape)
+    per_channel = (1, -1, *[1] * (x.dim() - 2))
+    if affine and weight is not None:
+        y = y * weight.reshape(per_channel)
+    if affine and bias is not None:
+        y = y + bias.reshape(per_channel)
+    return y
+
+
+def _probe_group_norm(group_norm, a: Arrays) -> Arrays:
+    x, weight, bias = tensors(a, "x", "weight", "bias")
+    return {"y": group_norm(x, int(a["num_groups"]), weight, bias, eps=float(a["eps"]))}
+
+
+def _gn_case(x: np.ndarray, groups: int, rng=None, eps: float = 1e-5) -> Arrays:
+    case = {"x": x, "num_groups": np.array(groups), "eps": np.array(eps)}
+    if rng is not None:
+        c = x.shape[1]
+        case["weight"] = rng.normal(1.0, 0.5, c).astype(x.dtype)
+        case["bias"] = rng.normal(0.0, 0.5, c).astype(x.dtype)
+    return case
+
+
+def _randn(rng, *shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def _channels_apart(rng, *shape) -> np.ndarray:
+    """Each channel with its own offset, so that which channels share a group matters."""
+    offsets = rng.normal(0.0, 3.0, shape[1]).reshape(1, -1, *[1] * (len(shape) - 2))
+    return (offsets + rng.standard_normal(shape)).astype(np.float32)
+
+
+GROUP_NORM = Exercise(
+    name="group_norm",
+    reference=F.group_norm,
+    probe=_probe_group_norm,
+    forbidden=(
+        "group_norm",
+        "native_group_norm",
+        "GroupNorm",
+        "layer_norm",
+        "native_layer_norm",
+        "LayerNorm",
+        "instance_norm",
+        "InstanceNorm1d",
+        "InstanceNorm2d",
+        "InstanceNorm3d",
+        "batch_norm",
+        "native_batch_norm",
+        "_native_batch_norm_legit",
+        "_native_batch_norm_legit_no_training",
+        "BatchNorm1d",
+        "BatchNorm2d",
+        "BatchNorm3d",
+    ),
+    mistakes=(
+        Mistake(
+            "unbiased variance",
+            "Your variance divides by n−1; GroupNorm uses the biased variance (÷ n) of each group.",
+            partial(_group_norm_variant, correction=1),
+        ),
+        Mistake(
+            "eps outside the square root",
+            "ε is added outside the square root, (x−μ)/(σ+ε); it belongs under the root, "
+            "(x−μ)/√(σ²+ε), which matters when a group's variance is close to ε.",
+            partial(_group_norm_variant, eps_outside=True),
+        ),
+        Mistake(
+            "interleaved groups",
+            "Your groups take every G-th channel; a group is C/G *consecutive* channels "
+            "(reshape to (N, G, C/G, ...), not (N, C/G, G, ...)).",
+            partial(_group_norm_variant, interleaved=True),
+        ),
+        Mistake(
+            "spatial dims left out",
+            "Your statistics pool a group's channels at each position separately; GroupNorm "
+            "pools the group's channels and all spatial (or length) positions together.",
+            partial(_group_norm_variant, per_position=True),
+        ),
+        Mistake(
+            "affine ignored",
+            "`weight` and `bias` (per channel, shape (C,)) are not applied after normalizing.",
+            partial(_group_norm_variant, affine=False),
+        ),
+    ),
+    checks=(
+        Check(
+            "(2, 6, 5) input in 3 groups",
+            lambda rng: _gn_case(_channels_apart(rng, 2, 6, 5), 3),
+            points=1,
+        ),
+        Check(
+            "(2, 4, 3, 3) images in 2 groups, per-channel weight and bias",
+            lambda rng: _gn_case(_channels_apart(rng, 2, 4, 3, 3), 2, rng),
+            points=1,
+        ),
+        Check(
+            "groups of only 4 values (which variance estimator?)",
+            lambda rng: _gn_case(_channels_apart(rng, 3, 4, 2), 2),
+            points=1,
+            hidden=True,
+        ),
+        Check(
+            "groups whose variance is close to ε",
+            lambda rng: _gn_case(_randn(rng, 2, 4, 8) * np.float32(1e-3), 2),
+            points=1,
+            hidden=True,
+        ),
+        Check(
+            "one group (LayerNorm over C, H, W) and C groups (InstanceNorm)",
+            lambda rng: _gn_case(_channels_apart(rng, 2, 3, 4, 2), int(rng.choice([1, 3]))),
+            points=1,
+            hidden=True,
+        ),
+        Check(
+            "(2, 6, 2, 2, 3) volumes in 3 groups with weight and bias",
+            lambda rng: _gn_case(_channels_apart(rng, 2, 6, 2, 2, 3), 3, rng),
+            points=1,
+            hidden=True,
+        ),
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------
+# rms_norm
+
+
+def _rms_norm_variant(
+    x,
+    normalized_shape,
+    weight=None,
+    eps=None,
+    *,
+    center=False,
+    eps_default=None,
+    eps_outside=False,
+    last_dim_only=False,
+    root_of_sum=False,
+    use_weight=True,
+):
+    """RMSNorm with a switch per classic slip; the defaults are correct."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    dims = (-1,) if last_dim_only else tuple(range(-len(shape), 0))
+    if eps is None:
+        eps = torch.finfo(x.dtype).eps if eps_default is None else eps_default
+    if center:
+        x = x - x.mean(dims, keepdim=True)
+    square = (x * x).sum(dims, keepdim=True) if root_of_sum else (x * x).mean(dims, keepdim=True)
+    y = x / (square.sqrt() + eps) if eps_outside else x / torch.sqrt(square + eps)
+    if use_weight and weight is not None:
+        y = y * weight
+    return y
+
+
+def _probe_rms_norm(rms_norm, a: Arrays) -> Arrays:
+    x, weight = tensors(a, "x", "weight")
+    shape = tuple(int(d) for d in a["normalized_shape"])
+    eps = float(a["eps"]) if "eps" in a else None
+    return {"y": rms_norm(x, shape, weight, eps=eps)}
+
+
+def _rms_case(x: np.ndarray, ndims: int, rng=None, eps: float | None = None) -> Arrays:
+    shape = x.shape[-ndims:]
+    case = {"x": x, "normalized_shape": np.array(shape)}
+    if eps is not None:
+        case["eps"] = np.array(eps)
+    if rng is not None:
+        case["weight"] = rng.normal(1.0, 0.5, shape).astype(x.dtype)
+    return case
+
+
+def _offset_rows(rng, *shape, dtype=np.float32) -> np.ndarray:
+    """Rows with a clear nonzero mean, so that centering (LayerNorm) changes the answer."""
+    return (rng.normal(0.0, 2.0, (*shape[:-1], 1)) + rng.standard_normal(shape)).astype(dtype)
+
+
+RMS_NORM = Exercise(
+    name="rms_norm",
+    reference=F.rms_norm,
+    probe=_probe_rms_norm,
+    forbidden=(
+        "rms_norm",
+        "_fused_rms_norm",
+        "RMSNorm",
+        "layer_norm",
+        "native_layer_norm",
+        "LayerNorm",
+        "group_norm",
+        "native_group_norm",
+        "GroupNorm",
+        "normalize",
+    ),
+    mistakes=(
+        Mistake(
+            "mean subtracted",
+            "Your rows are centered first; RMSNorm divides by the root mean square of x itself "
+            "and never subtracts the mean (that would be LayerNorm without β).",
+            partial(_rms_norm_variant, center=True),
+        ),
+        Mistake(
+            "eps None read as 0",
+            "`eps=None` does not mean no ε: PyTorch then uses `torch.finfo(x.dtype).eps`.",
+            partial(_rms_norm_variant, eps_default=0.0),
+        ),
+        Mistake(
+            "eps None read as 1e-5",
+            "`eps=None` means `torch.finfo(x.dtype).eps` (1.19e-7 in float32), not LayerNorm's "
+            "default 1e-5.",
+            partial(_rms_norm_variant, eps_default=1e-5),
+        ),
+        Mistake(
+            "float32 eps for every dtype",
+            "`eps=None` means the machine epsilon of the input's own dtype, "
+            "`torch.finfo(x.dtype).eps`; float64 input needs float64's.",
+            partial(_rms_norm_variant, eps_default=float(torch.finfo(torch.float32).eps)),
+        ),
+        Mistake(
+            "eps outside the square root",
+            "ε is added outside the root, x/(rms+ε); RMSNorm adds it to the mean square, "
+            "x/√(mean(x²)+ε).",
+            partial(_rms_norm_variant, eps_outside=True),
+        ),
+        Mistake(
+            "last dim only",
+            "Your mean square covers only the last dim; with a multi-dim `normalized_shape` it "
+            "runs over all of its trailing dims together.",
+            partial(_rms_norm_variant, last_dim_only=True),
+        ),
+        Mistake(
+            "root of the sum",
+            "You divide by the Euclidean norm √(Σx²); RMSNorm divides by the root of the *mean* "
+            "square, √(Σx²/n).",
+            partial(_rms_norm_variant, root_of_sum=True),
+        ),
+        Mistake(
+            "weight ignored",
+            "`weight` (γ, shape `normalized_shape`) is not applied to the normalized output.",
+            partial(_rms_norm_variant, use_weight=False),
+        ),
+    ),
+    checks=(
+        Check(
+            "rows of 8 features with a weight, eps=None",
+            lambda rng: _rms_case(_offset_rows(rng, 3, 8), 1, rng),
+            points=1,
+        ),
+        Check(
+            "normalized_shape spanning the last two dims of a (2, 3, 4) input",
+            lambda rng: _rms_case(_offset_rows(rng, 2, 3, 4), 2),
+            points=1,
+        ),
+        Check(
+            "float32 rows with mean square near 1e-6, eps=None",
+            lambda rng: _rms_case(_randn(rng, 4, 16) * np.float32(1e-3), 1),
+            points=1.5,
+            hidden=True,
+        ),
+        Check(
+            "float64 rows whose mean square is far below float64's machine ε, eps=None",
+            lambda rng: _rms_case(_randn(rng, 4, 16, dtype=np.float64) * 1e-9, 1),
+            points=1,
+            hidden=True,
+            rtol=1e-9,
+            atol=1e-9,
+        ),
+        Check(
+            "an explicit eps=1e-6 on rows of mean square near 1e-6",
+            lambda rng: _rms_case(_randn(rng, 3, 10) * np.float32(1e-3), 1, eps=1e-6),
+            points=0.5,
+            hidden=True,
+        ),
+        Check(
+            "normalized_shape of three dims, with a weight",
+            lambda rng: _rms_case(_offset_rows(rng, 2, 2, 3, 4), 3, rng),
+            points=0.5,
+            hidden=True,
+        ),
+        Check(
+            "an all-zero row gives zeros, not NaN",
+            lambda rng: _rms_case(np.zeros((2, 6), np.float32), 1),
+            points=0.5,
+            hidden=True,
+        ),
+    ),
+)
+
+EXERCISES = (BATCH_NORM, TORCH_MOMENTUM, PREDICT, GROUP_NORM, RMS_NORM)
+
+
+def _register() -> None:
+    """Add these exercises to `grader.checks.EXERCISES` when that registry does not collect them
+    itself (its __init__ currently lists only notebook 01's). A no-op once it does, and while the
+    package is still initializing."""
+    import sys
+
+    registry = getattr(sys.modules.get("grader.checks"), "EXERCISES", None)
+    if isinstance(registry, dict):
+        for exercise in EXERCISES:
+            registry.setdefault(exercise.name, exercise)
+
+
+_register()

@@ -1,0 +1,202 @@
+"""Notebook 02's checks (grader/checks/batch_norm.py) judged on known answers.
+
+The solution cells come from the solution notebook and are run as the autograder runs them:
+the imports cell, then that one answer cell, in a fresh namespace.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import grader.checks as registry
+import norm_utils
+from grader.checks import run
+from grader.checks.batch_norm import (
+    BATCH_NORM,
+    EXERCISES,
+    PREDICT,
+    TORCH_MOMENTUM,
+    _probe_batch_norm,
+    _probe_torch_momentum,
+)
+from grader.checks.core import outputs_of, plan
+from grader.notebook import answer_source, setup_code, source_notebook
+
+ASSIGNMENT = "02_batch_norm"
+SEEDS = (0, 1, 2**31 - 1)
+BY_NAME = {e.name: e for e in EXERCISES}
+
+
+def _exec(source: str, name: str, setup: str = ""):
+    namespace = {"__name__": "__answer__"}
+    exec(compile(setup, "<setup>", "exec"), namespace)
+    exec(compile(textwrap.dedent(source), f"<answer {name}>", "exec"), namespace)
+    return namespace[name]
+
+
+@pytest.fixture(scope="module")
+def solutions():
+    notebook = source_notebook(ASSIGNMENT)
+    setup = setup_code(notebook)
+    sources = {e.name: answer_source(notebook, e.name) for e in EXERCISES}
+    return {name: (_exec(src, name, setup), src) for name, src in sources.items()}
+
+
+def test_the_notebook_registers_every_exercise_of_its_module():
+    assert {e.name for e in EXERCISES} <= set(registry.EXERCISES)
+    notebook = source_notebook(ASSIGNMENT)
+    ids = {c.metadata.get("nbgrader", {}).get("grade_id") for c in notebook.cells}
+    assert {e.name for e in EXERCISES} <= ids
+    assert {f"{e.name}_tests" for e in EXERCISES} <= ids
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.name)
+def test_the_solution_cell_earns_full_marks_for_every_grading_seed(exercise, solutions):
+    answer, source = solutions[exercise.name]
+    for seed in SEEDS:
+        verdict = run(exercise, answer, hidden=True, seed=seed, source=source)
+        assert verdict.score == exercise.points, verdict.render()
+        assert not verdict.diagnoses
+
+
+CASES = [(e, m) for e in EXERCISES for m in e.mistakes]
+
+
+@pytest.mark.parametrize(("exercise", "mistake"), CASES, ids=lambda c: getattr(c, "name", ""))
+def test_each_mistake_is_named_and_costs_points_for_every_grading_seed(exercise, mistake):
+    for seed in SEEDS:
+        verdict = run(exercise, mistake.impl, hidden=True, seed=seed, source="")
+        assert verdict.score < exercise.points
+        assert mistake in verdict.diagnoses, verdict.render()
+
+
+def _largest_gap(exercise, impl, seed: int) -> float:
+    """The largest |mistake − reference| over all checks, relative to the check's tolerance."""
+    gaps = []
+    for check_, inputs in plan(exercise, hidden=True, seed=seed):
+        want = outputs_of(exercise, exercise.reference, inputs)
+        try:
+            got = outputs_of(exercise, impl, inputs)
+        except Exception:
+            continue
+        for key, expected in want.items():
+            diff = np.nan_to_num(np.abs(got[key] - expected), nan=np.inf)
+            gaps.append(float(np.max(diff / (check_.atol + check_.rtol * np.abs(expected)))))
+    return max(gaps)
+
+
+@pytest.mark.parametrize(("exercise", "mistake"), CASES, ids=lambda c: getattr(c, "name", ""))
+def test_some_check_separates_each_mistake_by_far_more_than_its_tolerance(exercise, mistake):
+    for seed in range(5):
+        assert _largest_gap(exercise, mistake.impl, seed) > 100
+
+
+def _scenario(impl, batches, x_eval):
+    """Run the batch_norm probe on `impl` for the given training batches and eval batch."""
+    c = x_eval.shape[1]
+    case = {f"train{i}": b for i, b in enumerate(batches)}
+    case.update(
+        eval=x_eval,
+        running_mean=np.zeros(c, np.float32),
+        running_var=np.ones(c, np.float32),
+        momentum=np.array(0.1),
+        eps=np.array(1e-5),
+    )
+    return {k: np.asarray(v) for k, v in _probe_batch_norm(impl, case).items()}
+
+
+def test_the_batch_norm_reference_is_nn_batchnorm1d_step_for_step():
+    rng = np.random.default_rng(3)
+    batches = [(rng.standard_normal((6, 3, 2)) * 2 + 1).astype(np.float32) for _ in range(3)]
+    x_eval = rng.standard_normal((4, 3, 2)).astype(np.float32)
+    module = nn.BatchNorm1d(3, affine=False)
+    expected = {}
+    for i, b in enumerate(batches):
+        expected[f"y_step{i}"] = module(torch.from_numpy(b)).detach().numpy()
+        expected[f"running_mean_step{i}"] = module.running_mean.numpy().copy()
+        expected[f"running_var_step{i}"] = module.running_var.numpy().copy()
+    expected["y_eval"] = module.eval()(torch.from_numpy(x_eval)).detach().numpy()
+    for impl in (F.batch_norm, norm_utils.batch_norm):
+        got = _scenario(impl, batches, x_eval)
+        for key, value in expected.items():
+            np.testing.assert_allclose(got[key], value, rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def test_the_seed_table_is_the_first_visible_batch_norm_check():
+    _, inputs = plan(BATCH_NORM, hidden=False, seed=0)[0]
+    out = outputs_of(BATCH_NORM, BATCH_NORM.reference, inputs)
+    np.testing.assert_allclose(out["y_step0"], [[-1, -1], [1, 1]], atol=1e-5)
+    np.testing.assert_allclose(out["running_var_step0"], [1.7, 1.7], rtol=1e-6)
+
+
+def test_the_converted_momentum_reproduces_the_keras_moving_average():
+    batches = np.random.default_rng(0).standard_normal((5, 8, 3)).astype(np.float32) + 2
+    for keras in (0.9, 0.99, 0.6):
+        out = _probe_torch_momentum(
+            TORCH_MOMENTUM.reference, {"keras_momentum": np.array(keras), "batches": batches}
+        )
+        mean, var = np.zeros(3), np.ones(3)
+        for b in batches:
+            mean = keras * mean + (1 - keras) * b.mean(0)
+            var = keras * var + (1 - keras) * b.var(0, ddof=1)
+        np.testing.assert_allclose(out["running_mean"], mean, rtol=1e-5)
+        np.testing.assert_allclose(out["running_var"], var, rtol=1e-5)
+
+
+def test_no_grad_alone_changes_the_buffers_that_predict_must_leave_alone():
+    _, inputs = plan(PREDICT, hidden=False, seed=0)[0]
+    no_grad = next(m for m in PREDICT.mistakes if m.name == "no_grad taken for eval")
+    right = outputs_of(PREDICT, PREDICT.reference, inputs)
+    wrong = outputs_of(PREDICT, no_grad.impl, inputs)
+    assert right["num_batches_tracked"] == inputs["tracked"]
+    assert wrong["num_batches_tracked"] == inputs["tracked"] + 1
+    assert not np.allclose(wrong["running_mean"], inputs["running_mean"])
+    np.testing.assert_array_equal(right["running_mean"], inputs["running_mean"])
+
+
+CHEATS = {
+    "batch_norm": [
+        "def batch_norm(x, rm, rv, w=None, b=None, training=False, momentum=0.1, eps=1e-5):\n"
+        "    return F.batch_norm(x, rm, rv, w, b, training, momentum, eps)",
+        "def batch_norm(x, rm, rv, w=None, b=None, training=False, momentum=0.1, eps=1e-5):\n"
+        "    return norm_utils.batch_norm(x, rm, rv, w, b, training, momentum, eps)",
+        # LayerNorm over the transposed batch is BatchNorm's forward pass
+        "def batch_norm(x, rm, rv, w=None, b=None, training=False, momentum=0.1, eps=1e-5):\n"
+        "    if not training:\n"
+        "        return (x - rm) / torch.sqrt(rv + eps)\n"
+        "    n = x.shape[0]\n"
+        "    rm.mul_(1 - momentum).add_(momentum * x.mean(0))\n"
+        "    rv.mul_(1 - momentum).add_(momentum * x.var(0))\n"
+        "    return F.layer_norm(x.T, (n,), eps=eps).T",
+    ],
+    "group_norm": [
+        "def group_norm(x, g, w=None, b=None, eps=1e-5):\n    return F.group_norm(x, g, w, b, eps)",
+        "def group_norm(x, g, w=None, b=None, eps=1e-5):\n"
+        "    y = F.layer_norm(x.reshape(x.shape[0], g, -1), (x[0].numel() // g,), eps=eps)\n"
+        "    y = y.reshape(x.shape)\n"
+        "    s = (1, -1) + (1,) * (x.dim() - 2)\n"
+        "    return y if w is None else y * w.view(s) + b.view(s)",
+    ],
+    "rms_norm": [
+        "def rms_norm(x, s, w=None, eps=None):\n    return F.rms_norm(x, s, w, eps)",
+        "def rms_norm(x, s, w=None, eps=None):\n"
+        "    return nn.RMSNorm(s, eps=eps, elementwise_affine=False)(x) * (1 if w is None else w)",
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "source"), [(n, s) for n, ss in CHEATS.items() for s in ss], ids=lambda v: v[:30]
+)
+def test_a_library_normalization_where_one_is_to_be_built_earns_zero(name, source):
+    namespace = {"torch": torch, "F": F, "nn": nn, "norm_utils": norm_utils}
+    exec(compile(source, f"<cheat {name}>", "exec"), namespace)
+    verdict = run(BY_NAME[name], namespace[name], hidden=True, seed=0, source=source)
+    assert verdict.score == 0
+    assert "earns no points" in verdict.render()
