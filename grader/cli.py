@@ -11,6 +11,7 @@ from pathlib import Path
 from grader.config import REPO
 
 DEFAULT_COURSE = Path("course")
+SANDBOX_PROCESSES = 64  # per sandbox uid: processes and threads a student's code may hold
 
 
 def _release(args: argparse.Namespace) -> int:
@@ -33,12 +34,31 @@ def _release(args: argparse.Namespace) -> int:
     return 0
 
 
-def _autograde(args: argparse.Namespace) -> int:
-    from grader.autograde import Course, autograde
+def _isolation(args: argparse.Namespace, course: Path, submissions: Path):
+    """The sandbox and limits to grade with; refuses (exit 2) when bubblewrap is missing unless
+    the instructor explicitly accepts running student code unsandboxed."""
+    import os
+
+    from grader.sandbox import Sandbox, SandboxUnavailable, secrets_of
     from grader.submission import Limits
 
     limits = Limits(wall_seconds=args.timeout)
-    outcomes = autograde(args.submissions, Course(args.course), args.jobs, args.seed, limits)
+    if args.unsafe_no_sandbox:
+        return None, limits
+    slots = args.jobs or os.cpu_count() or 1
+    try:
+        sandbox = Sandbox(secrets_of(course.resolve(), submissions.resolve()), slots)
+    except SandboxUnavailable as error:
+        raise SystemExit(f"grader: {error}") from None
+    return sandbox, Limits(wall_seconds=args.timeout, processes=SANDBOX_PROCESSES)
+
+
+def _autograde(args: argparse.Namespace) -> int:
+    from grader.autograde import Course, autograde
+
+    sandbox, limits = _isolation(args, args.course, args.submissions)
+    course = Course(args.course)
+    outcomes = autograde(args.submissions, course, args.jobs, args.seed, limits, sandbox)
     skipped = sum(o.skipped for o in outcomes)
     for o in outcomes:
         if o.problem:
@@ -74,14 +94,18 @@ def _demo(args: argparse.Namespace) -> int:
     from grader.autograde import Course, autograde
     from grader.demo import PROFILES, write_class
     from grader.report import format_table, write_csv, write_feedback
-    from grader.submission import Limits
+    from grader.sandbox import available as sandbox_available
 
     out = args.out.resolve()
     submissions = write_class(out / "submissions")
     course = Course(out / "course")
     students = sorted(PROFILES)
-    print(f"Grading a sample class of {len(students)} students ({out / 'submissions'}) ...")
-    outcomes = autograde(submissions, course, args.jobs, limits=Limits(wall_seconds=args.timeout))
+    if not sandbox_available():  # the sample class is our own code: safe to run unsandboxed
+        print("bubblewrap is not installed: grading the sample class without the sandbox.")
+        args.unsafe_no_sandbox = True
+    sandbox, limits = _isolation(args, course.root, submissions)
+    print(f"Grading a sample class of {len(students)} students ({submissions}) ...")
+    outcomes = autograde(submissions, course, args.jobs, None, limits, sandbox)
     print()
     print(format_table(course, students))
     for o in outcomes:
@@ -127,6 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--jobs", type=int, default=None, help="parallel jobs (default: one per core)"
     )
     grading.add_argument("--timeout", type=float, default=60, help="seconds allowed per exercise")
+    grading.add_argument(
+        "--unsafe-no-sandbox",
+        action="store_true",
+        help="run student code without bubblewrap (only for code you trust)",
+    )
 
     autograde = commands.add_parser(
         "autograde",

@@ -25,6 +25,8 @@ from grader.checks.core import StudentError
 from grader.checks.probe import call, load_answer, tripwires
 
 MB = 1 << 20
+# Read once, before any student code runs: set by grader.sandbox's bubblewrap command line.
+IN_SANDBOX = os.environ.get("GRADER_SANDBOX") == "1"
 
 
 def _limit(kind: int, value: int) -> None:
@@ -51,6 +53,24 @@ def _silence() -> None:
 def _record(out: Path, name: str, arrays: dict, meta: dict) -> None:
     np.savez(out / f"{name}.npz", **arrays)
     (out / f"{name}.json").write_text(json.dumps(meta))
+
+
+def _kill_leftovers(pid: int) -> None:
+    """Kill what the answer left running: its process group, and inside the sandbox's own PID
+    namespace every process but this runner and the namespace's init (a fork bomb's children
+    may have left the group)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    if not IN_SANDBOX:
+        return
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) not in {1, os.getpid()}:
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def run_exercise(spec: dict, job: Path) -> None:
@@ -96,14 +116,11 @@ def supervise(spec: dict, job: Path, limits: dict) -> None:
             break
         time.sleep(0.02)
     else:
-        os.killpg(pid, signal.SIGKILL)
+        _kill_leftovers(pid)
         os.waitpid(pid, 0)
         reason = f"`{spec['name']}` did not finish within {limits['wall_seconds']} s (timeout)."
         return _record(job / "out", spec["name"], {}, {"load_error": ["timeout", reason]})
-    try:
-        os.killpg(pid, signal.SIGKILL)  # anything the answer left running
-    except ProcessLookupError:
-        pass
+    _kill_leftovers(pid)
     if not (job / "out" / f"{spec['name']}.json").exists():
         how = f"signal {-status}" if os.WIFSIGNALED(status) else f"exit {os.WEXITSTATUS(status)}"
         reason = f"`{spec['name']}` crashed the Python process ({how}), e.g. os._exit or memory."

@@ -71,6 +71,7 @@ class Sandbox:
             "--unshare-ipc",
             "--die-with-parent",
             "--new-session",
+            "--setenv", "GRADER_SANDBOX", "1",
         ]  # fmt: skip
         for path in self.hidden:
             bwrap += ["--tmpfs", str(path)]

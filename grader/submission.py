@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -70,13 +71,22 @@ def _read_outputs(job: Path, name: str, cases: int) -> tuple[list[Outputs], set[
     if not record_path.is_file() or record_path.stat().st_size > MAX_RECORD_BYTES:
         error = StudentError("crash", f"`{name}` left no result (the grading process died).")
         return [error] * cases, set()
-    record = json.loads(record_path.read_text())
+    try:
+        record = json.loads(record_path.read_text())
+        assert isinstance(record, dict)
+    except (ValueError, AssertionError, UnicodeDecodeError):
+        error = StudentError("crash", f"`{name}` left a result that is not the runner's.")
+        return [error] * cases, set()
     if "load_error" in record:
         kind, message = record["load_error"]
         return [StudentError(str(kind), str(message))] * cases, set()
     errors = record.get("errors", {})
-    with np.load(job / "out" / f"{name}.npz", allow_pickle=False) as data:
-        arrays = {key: data[key] for key in data.files}
+    try:  # never unpickle: an object array in the file is refused, not loaded
+        with np.load(job / "out" / f"{name}.npz", allow_pickle=False) as data:
+            arrays = {key: data[key] for key in data.files}
+    except (OSError, ValueError, zipfile.BadZipFile):
+        error = StudentError("crash", f"`{name}` left a result that is not plain arrays.")
+        return [error] * cases, set()
     outputs: list[Outputs] = []
     for i in range(cases):
         if str(i) in errors:
@@ -143,20 +153,31 @@ def grade_notebook(
                     "cases": len(plans[name]),
                 }
             )
-        spec = {"exercises": specs, "limits": asdict(limits)}
-        (job / "job.json").write_text(json.dumps(spec))
-        if specs:
-            try:
-                run_job(job, limits, sandbox, len(specs))
-            except subprocess.TimeoutExpired:
-                pass  # exercises without a record are reported as crashed below
-        for s in specs:
-            name = s["name"]
-            outputs, calls = _read_outputs(job, name, s["cases"])
+        for name, outputs, calls in _run_all(job, specs, limits, sandbox):
             static = forbidden_uses(answers[name], EXERCISES[name])
             integrity = integrity_message(EXERCISES[name], static, calls)
             verdicts[name] = judge(EXERCISES[name], plans[name], outputs, integrity)
     return [_result(verdicts[n]) for n in names]
+
+
+def _run_all(job: Path, specs: list[dict], limits: Limits, sandbox: Sandbox | None):
+    """Run every exercise; when the runner itself is taken down (killed by an answer), the first
+    exercise without a record is the one that did it: it is reported as crashed and the rest are
+    run again in a fresh runner, so honest answers keep their points."""
+    remaining = list(specs)
+    while remaining:
+        (job / "job.json").write_text(
+            json.dumps({"exercises": remaining, "limits": asdict(limits)})
+        )
+        try:
+            run_job(job, limits, sandbox, len(remaining))
+        except subprocess.TimeoutExpired:
+            pass
+        recorded = [s for s in remaining if (job / "out" / f"{s['name']}.json").is_file()]
+        missing = [s for s in remaining if s not in recorded]
+        for s in recorded + missing[:1]:  # the culprit's absent record reads as a crash
+            yield (s["name"], *_read_outputs(job, s["name"], s["cases"]))
+        remaining = missing[1:]
 
 
 def _result(verdict: Verdict) -> ExerciseResult:

@@ -10,6 +10,54 @@ import ast
 
 from grader.checks.core import Exercise
 
+# Ways of calling code that a static reading cannot follow, or of reaching into the grader.
+# No exercise of this course needs any of them; an answer that uses one earns no points.
+DYNAMIC_CALLS = {"eval", "exec", "compile", "__import__", "globals", "vars"}
+TAMPERING = {
+    "setprofile",
+    "settrace",
+    "_pop_torch_function_stack",
+    "_push_on_torch_function_stack",
+    "_set_torch_function_mode",
+}
+OFF_LIMITS_MODULES = ("grader", "importlib", "ctypes", "gc", "inspect")
+
+
+def _computed_attribute(node: ast.Call) -> bool:
+    """getattr/setattr/hasattr whose attribute name is not written out."""
+    name = node.func.id if isinstance(node.func, ast.Name) else ""
+    return (
+        name in {"getattr", "setattr", "delattr", "hasattr"}
+        and len(node.args) >= 2
+        and not isinstance(node.args[1], ast.Constant)
+    )
+
+
+def hidden_calls(tree: ast.AST) -> list[str]:
+    """Dynamic calls, computed attribute names, tripwire tampering, imports of the grader."""
+    found = []
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Call) and (
+            (isinstance(node.func, ast.Name) and node.func.id in DYNAMIC_CALLS)
+            or _computed_attribute(node)
+        ):
+            found.append(f"{ast.unparse(node.func)}(…) (line {line})")
+        elif isinstance(node, ast.Attribute) and node.attr in TAMPERING:
+            found.append(f"{ast.unparse(node)} (line {line})")
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            modules = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+            )
+            found += [
+                f"import {m} (line {line})"
+                for m in modules
+                if m.split(".")[0] in OFF_LIMITS_MODULES
+            ]
+    return found
+
 
 def forbidden_uses(source: str, exercise: Exercise) -> list[str]:
     """Each forbidden use in `source` as 'name (line n)'; empty when the answer builds its own."""
@@ -18,7 +66,7 @@ def forbidden_uses(source: str, exercise: Exercise) -> list[str]:
     except SyntaxError:
         return []  # a syntax error is reported by running the code, with its own message
     banned = set(exercise.forbidden)
-    found: list[str] = []
+    found: list[str] = hidden_calls(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr in banned:
             found.append(f"{ast.unparse(node)} (line {node.lineno})")
@@ -39,6 +87,7 @@ def integrity_message(exercise: Exercise, static: list[str], runtime: set[str]) 
     if not uses:
         return ""
     return (
-        f"`{exercise.name}` uses the library's own implementation ({', '.join(uses)}); "
-        "this exercise asks you to build it from tensor operations, so it earns no points."
+        f"`{exercise.name}` uses the library's own implementation or hides what it calls "
+        f"({', '.join(uses)}); this exercise asks you to build it yourself from tensor "
+        "operations, with direct calls, so it earns no points."
     )
