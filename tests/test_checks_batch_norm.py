@@ -48,7 +48,7 @@ def solutions():
     return {name: (_exec(src, name, setup), src) for name, src in sources.items()}
 
 
-def test_the_notebook_registers_every_exercise_of_its_module():
+def test_the_registry_and_the_notebook_hold_every_exercise_of_the_module():
     assert {e.name for e in EXERCISES} <= set(registry.EXERCISES)
     notebook = source_notebook(ASSIGNMENT)
     ids = {c.metadata.get("nbgrader", {}).get("grade_id") for c in notebook.cells}
