@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import queue
 import shutil
+import stat
+import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,17 +57,32 @@ class Sandbox:
         finally:
             self.uids.put(uid)
 
+    @staticmethod
+    def _python_visible() -> list[str]:
+        """Python may live where the sandbox uid cannot enter (pyenv under /root): replace that
+        folder by an empty one holding only the Python installation, read-only."""
+        base = Path(sys.base_prefix).resolve()
+        closed = _untraversable_ancestor(base)
+        return [] if closed is None else ["--tmpfs", str(closed), "--ro-bind", str(base), str(base)]
+
     def command(self, command: list[str], job: Path, uid: int) -> list[str]:
         drop = []
-        if self.as_root:  # root ignores RLIMIT_NPROC: run as an unprivileged uid instead
+        if self.as_root:  # root ignores RLIMIT_NPROC: the runner gets an unprivileged uid
             os.chown(job, uid, uid)
-            drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+            drop = [
+                "setpriv",
+                f"--reuid={uid}",
+                f"--regid={uid}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+            ]
         bwrap = [
             "bwrap",
             "--ro-bind", "/", "/",
             "--dev", "/dev",
             "--proc", "/proc",
-            "--size", str(TMP_BYTES), "--tmpfs", "/tmp",
+            "--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", "/tmp",
             "--unshare-net",
             "--unshare-pid",
             "--unshare-ipc",
@@ -73,10 +90,20 @@ class Sandbox:
             "--new-session",
             "--setenv", "GRADER_SANDBOX", "1",
         ]  # fmt: skip
+        bwrap += self._python_visible()
         for path in self.hidden:
             bwrap += ["--tmpfs", str(path)]
         bwrap += ["--bind", str(job), str(job), "--chdir", str(job)]
-        return [*drop, *bwrap, *command]
+        # bubblewrap mounts as the caller; the uid is dropped inside, just before the runner.
+        return [*bwrap, *drop, *command]
+
+
+def _untraversable_ancestor(path: Path) -> Path | None:
+    """The outermost folder above `path` that others may not enter (e.g. /root, mode 700)."""
+    for parent in reversed(path.parents):
+        if parent != Path("/") and not parent.stat().st_mode & stat.S_IXOTH:
+            return parent
+    return None
 
 
 def secrets_of(course_root: Path, submissions: Path | None) -> list[Path]:

@@ -69,7 +69,7 @@ def _read_outputs(job: Path, name: str, cases: int) -> tuple[list[Outputs], set[
     """The runner's record for one exercise, trusting nothing but its shape."""
     record_path = job / "out" / f"{name}.json"
     if not record_path.is_file() or record_path.stat().st_size > MAX_RECORD_BYTES:
-        error = StudentError("crash", f"`{name}` left no result (the grading process died).")
+        error = StudentError("crash", f"`{name}` crashed the grading process (no result).")
         return [error] * cases, set()
     try:
         record = json.loads(record_path.read_text())
@@ -107,10 +107,16 @@ def run_job(job: Path, limits: Limits, sandbox: Sandbox | None, cases: int) -> N
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
         "MPLBACKEND": "Agg",
+        "MPLCONFIGDIR": str(job),
         "PYTHONDONTWRITEBYTECODE": "1",
     }
     timeout = limits.wall_seconds * max(cases, 1) + 60
-    subprocess.run(command, cwd=job, env=env, timeout=timeout, capture_output=True, check=False)
+    if sandbox is None:
+        subprocess.run(command, cwd=job, env=env, timeout=timeout, capture_output=True)
+        return
+    with sandbox.slot() as uid:
+        command = sandbox.command(command, job, uid)
+        subprocess.run(command, env=env, timeout=timeout, capture_output=True)
 
 
 def grade_notebook(

@@ -1,0 +1,269 @@
+"""Attack submissions, graded in the sandbox in one batch with an honest student.
+
+For each attack: it earns no points it did not earn honestly, the honest answers in the same
+notebook keep theirs, the honest student is unaffected, nothing outside the scratch directories
+changes, and the feedback says what happened.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import threading
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbgrader.api import Gradebook
+
+from grader.autograde import Course, autograde
+from grader.config import REPO
+from grader.nbgrader_steps import results_path
+from grader.sandbox import Sandbox, available, secrets_of
+from grader.submission import Limits
+
+pytestmark = pytest.mark.skipif(not available(), reason="bubblewrap is not installed")
+
+ASSIGNMENT = "01_layer_norm"
+SOLUTION = REPO / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+IDENTITY = (
+    "\ndef layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):\n    return x\n"
+)
+HONEST_ANSWERS = {"stable_var": 3.0, "layer_norm_backward": 6.0}  # the attacks' notebook-mates
+HOST_CANARY = Path("/tmp/grader-attack-canary")
+
+
+def honest_layer_norm() -> str:
+    notebook = nbformat.read(SOLUTION, 4)
+    cell = next(
+        c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "layer_norm"
+    )
+    return cell.source
+
+
+# name -> (code of the layer_norm answer cell, words the feedback must contain, points it may keep)
+def attacks(port: int, course: Path, submissions: Path) -> dict[str, tuple[str, str, float]]:
+    honest = honest_layer_norm()
+    return {
+        "input_transformer": (
+            "get_ipython().input_transformers_cleanup.append(lambda lines: [])" + IDENTITY,
+            "NameError",
+            0,
+        ),
+        "silence_tracebacks": (
+            "import IPython\n\nIPython.core.interactiveshell.InteractiveShell.showtraceback = "
+            "lambda *a, **k: None" + IDENTITY,
+            "differs",
+            0,
+        ),
+        "custom_exc": (
+            "get_ipython().set_custom_exc((Exception,), print)" + IDENTITY,
+            "NameError",
+            0,
+        ),
+        "patch_test_helpers": (
+            "import numpy\n\ntorch.testing.assert_close = lambda *a, **k: None\n"
+            "numpy.testing.assert_allclose = lambda *a, **k: None\n"
+            "numpy.allclose = lambda *a, **k: True\n" + IDENTITY,
+            "differs",
+            0,
+        ),
+        "always_equal": (
+            "class Yes:\n    def __eq__(self, other):\n        return True\n\n\n"
+            + IDENTITY.replace("return x", "return Yes()"),
+            "not a tensor of numbers",
+            0,
+        ),
+        "read_solutions": (
+            f"SOURCE = open({str(SOLUTION)!r}).read()\n" + honest,
+            "FileNotFoundError",
+            0,
+        ),
+        "exec_solutions": (
+            f"exec(open({str(SOLUTION)!r}).read())" + IDENTITY,
+            "hides what it calls",
+            0,
+        ),
+        "write_gradebook": (
+            "import sqlite3\n\n"
+            f"db = sqlite3.connect({str(course / 'gradebook.db')!r})\n"
+            "db.execute('update grade set extra_credit = 99')\ndb.commit()\n" + honest,
+            "OperationalError",
+            0,
+        ),
+        "kill_kernel": ("import os\n\nos._exit(0)\n" + honest, "crashed", 0),
+        "memory_bomb": ("hog = bytearray(8 * 1024**3)\n" + honest, "MemoryError", 0),
+        "infinite_loop": ("while True:\n    pass\n" + honest, "timeout", 0),
+        "fork_bomb": (
+            "import os\n\nwhile True:\n    try:\n        os.fork()\n"
+            "    except OSError:\n        pass\n",
+            "timeout",
+            0,
+        ),
+        "output_flood": ("print('x' * 100_000_000)" + IDENTITY, "differs", 0),
+        "sys_exit": ("import sys\n\nsys.exit(0)\n" + honest, "SystemExit", 0),
+        "network": (
+            "import socket\n\n"
+            f"socket.create_connection(('127.0.0.1', {port}), timeout=3).sendall(b'leak')\n"
+            + honest,
+            "Error",
+            0,
+        ),
+        "read_other_students": (
+            f"OTHER = open({str(submissions / 'honest' / ASSIGNMENT)!r} + '/{ASSIGNMENT}.ipynb')\n"
+            + honest,
+            "FileNotFoundError",
+            0,
+        ),
+        "write_grader_code": (
+            f"open({str(REPO / 'grader' / 'checks' / 'core.py')!r}, 'a').write('# pwned')\n"
+            + honest,
+            "PermissionError",
+            0,
+        ),
+        "kill_the_runner": (
+            # Whether the killed runner takes this answer down with it is a race; either way
+            # the wrong answer earns nothing and the rest of the notebook is graded again.
+            "import os\nimport signal\n\nos.kill(os.getppid(), signal.SIGKILL)\n" + IDENTITY,
+            "layer_norm: 0 / 10",
+            0,
+        ),
+        "forge_results_with_the_library": (
+            "import json\nimport os\n\nimport numpy as np\n\n"
+            "ln = getattr(F, 'layer' + '_norm')\n"
+            "os.makedirs('out', exist_ok=True)\n"
+            "json.dump({'errors': {}, 'calls': []}, open('out/layer_norm.json', 'w'))\n"
+            "os._exit(0)\n" + honest,
+            "hides what it calls",
+            0,
+        ),
+        "pickled_result": (
+            "import json\nimport os\n\nimport numpy as np\n\n"
+            "json.dump({'errors': {}, 'calls': []}, open('out/layer_norm.json', 'w'))\n"
+            "np.savez('out/layer_norm.npz', **{'0/y': np.array([object()], dtype=object)})\n"
+            "os._exit(0)\n" + honest,
+            "not plain arrays",
+            0,
+        ),
+        "import_the_grader": (
+            "import grader.checks.core as core\n\ncore.judge = None\n" + honest,
+            "hides what it calls",
+            0,
+        ),
+        "write_host_tmp": (
+            # Writing its own private /tmp is allowed and harmless; the host's /tmp never sees it.
+            f"open({str(HOST_CANARY)!r}, 'w').write('x')\n" + honest,
+            "10 / 10 points",
+            10,
+        ),
+    }
+
+
+def notebook_with(layer_norm_source: str) -> nbformat.NotebookNode:
+    notebook = nbformat.read(SOLUTION, 4)
+    for cell in notebook.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "layer_norm":
+            cell.source = layer_norm_source
+    return notebook
+
+
+def tree_fingerprint(root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not {".venv", ".git", "build", "__pycache__", ".pytest_cache"} & set(
+            path.parts
+        ):
+            digest.update(str(path).encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def listener():
+    """A server on the host's loopback that records whether anything reached it."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    reached = []
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                reached.append(server.accept())
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], reached
+    stop.set()
+    thread.join()
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def attacked(tmp_path_factory, listener):
+    port, reached = listener
+    root = tmp_path_factory.mktemp("attacks")
+    submissions, course = root / "submissions", Course(root / "course")
+    cases = attacks(port, course.root, submissions)
+    for student, (code, _, _) in {**cases, "honest": (honest_layer_norm(), "", 10)}.items():
+        path = submissions / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+        path.parent.mkdir(parents=True)
+        nbformat.write(notebook_with(code), path)
+    HOST_CANARY.unlink(missing_ok=True)
+    before = tree_fingerprint(REPO)
+    sandbox = Sandbox(secrets_of(course.root, submissions), slots=2)
+    outcomes = autograde(
+        submissions,
+        course,
+        jobs=2,
+        limits=Limits(wall_seconds=8, processes=64),
+        sandbox=sandbox,
+        progress=False,
+    )
+    return cases, course, outcomes, before, reached
+
+
+def exercise_scores(course: Course, student: str) -> dict[str, float]:
+    record = json.loads(results_path(course.results, student, ASSIGNMENT).read_text())
+    return {e["name"]: e["score"] for e in record["exercises"]}
+
+
+def feedback(course: Course, student: str) -> str:
+    record = json.loads(results_path(course.results, student, ASSIGNMENT).read_text())
+    return "\n".join(e["feedback"] for e in record["exercises"])
+
+
+def test_there_are_at_least_twenty_attacks(attacked):
+    assert len(attacked[0]) >= 20
+
+
+@pytest.mark.parametrize("attack", sorted(attacks(0, Path("/c"), Path("/s"))))
+def test_an_attack_earns_nothing_and_costs_its_notebook_mates_nothing(attacked, attack):
+    cases, course, _, _, _ = attacked
+    _, words, allowed = cases[attack]
+    scores = exercise_scores(course, attack)
+    assert scores["layer_norm"] <= allowed
+    assert {k: scores[k] for k in HONEST_ANSWERS} == HONEST_ANSWERS
+    assert words in feedback(course, attack)
+
+
+def test_the_gradebook_holds_what_the_grader_decided(attacked):
+    cases, course, outcomes, _, _ = attacked
+    assert [o for o in outcomes if o.problem] == []
+    with Gradebook(course.api().coursedir.db_url) as gradebook:
+        honest = gradebook.find_submission(ASSIGNMENT, "honest")
+        assert honest.score == 19
+        for student in cases:
+            submission = gradebook.find_submission(ASSIGNMENT, student)
+            assert submission.score == sum(exercise_scores(course, student).values())
+            grades = [g for notebook in submission.notebooks for g in notebook.grades]
+            assert all(not g.extra_credit and g.manual_score is None for g in grades)
+
+
+def test_nothing_outside_the_scratch_directories_changed(attacked, listener):
+    _, _, _, before, reached = attacked
+    assert tree_fingerprint(REPO) == before
+    assert not HOST_CANARY.exists()
+    assert reached == []
