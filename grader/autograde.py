@@ -37,7 +37,7 @@ from grader.config import SOLUTIONS, assignments, course_config, use_this_enviro
 from grader.nbgrader_steps import InjectResults, results_path
 from grader.notebook import read_notebook, restore_metadata, source_notebook
 from grader.sandbox import Sandbox
-from grader.submission import DEFAULT_LIMITS, Limits, grade_notebook
+from grader.submission import DEFAULT_LIMITS, Limits, grade_notebooks
 
 
 @dataclass(frozen=True)
@@ -137,15 +137,16 @@ def prepare(course: Course) -> None:
         _write_atomically(stamp, digest)
 
 
-def grade(task: Task, course: Course, seed: int, limits: Limits, sandbox: Sandbox | None) -> str:
-    """Phase 1 (any thread): grade and store the result; returns the fingerprint graded."""
-    digest = fingerprint(task)
-    exercises = grade_notebook(task.submission, task.assignment, seed, limits, sandbox)
-    record = {"fingerprint": digest, "exercises": [asdict(e) for e in exercises]}
-    _write_atomically(
-        results_path(course.results, task.student, task.assignment), json.dumps(record)
-    )
-    return digest
+def grade(tasks: list[Task], course: Course, seed: int, limits: Limits, sandbox) -> list[str]:
+    """Phase 1 (any thread): grade one student's notebooks together and store each result;
+    returns the fingerprints graded, in the order of `tasks`."""
+    digests = [fingerprint(t) for t in tasks]
+    graded = grade_notebooks([(t.submission, t.assignment) for t in tasks], seed, limits, sandbox)
+    for task, digest, exercises in zip(tasks, digests, graded, strict=True):
+        record = {"fingerprint": digest, "exercises": [asdict(e) for e in exercises]}
+        path = results_path(course.results, task.student, task.assignment)
+        _write_atomically(path, json.dumps(record))
+    return digests
 
 
 def _stage(course: Course, task: Task) -> None:
@@ -223,18 +224,35 @@ def autograde(
         else:
             todo.append(task)
     bar = Progress(len(todo)) if progress else None
+    by_student: dict[str, list[Task]] = {}
+    for task in todo:
+        by_student.setdefault(task.student, []).append(task)
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-        futures = {pool.submit(grade, t, course, seed, limits, sandbox): t for t in todo}
+        futures = {
+            pool.submit(grade, tasks, course, seed, limits, sandbox): tasks
+            for tasks in by_student.values()
+        }
         for future in as_completed(futures):
-            task = futures[future]
-            try:
-                outcome = record(task, course, api, future.result())
-            except Exception as error:  # one broken submission never stops the batch
-                outcome = Outcome(task, problem=f"{type(error).__name__}: {error}")
-            outcomes.append(outcome)
-            if bar:
-                bar.advance(outcome)
+            for outcome in _record_all(futures[future], future, course, api):
+                outcomes.append(outcome)
+                if bar:
+                    bar.advance(outcome)
     return sorted(outcomes, key=lambda o: (o.task.student, o.task.assignment))
+
+
+def _record_all(tasks: list[Task], future, course: Course, api: NbGraderAPI) -> list[Outcome]:
+    """Record each of one student's graded notebooks; a failure is that notebook's alone."""
+    try:
+        digests = future.result()
+    except Exception as error:  # one broken submission never stops the batch
+        return [Outcome(t, problem=f"{type(error).__name__}: {error}") for t in tasks]
+    outcomes = []
+    for task, digest in zip(tasks, digests, strict=True):
+        try:
+            outcomes.append(record(task, course, api, digest))
+        except Exception as error:
+            outcomes.append(Outcome(task, problem=f"{type(error).__name__}: {error}"))
+    return outcomes
 
 
 def students(outcomes: Iterable[Outcome]) -> list[str]:

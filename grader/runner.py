@@ -131,8 +131,9 @@ def warm_up(spec: dict) -> None:
     """Pay the one-time costs once, before forking: the setup cell's imports (trusted code from
     the source notebook) and torch's first entry into the tripwire mode."""
     exercises = spec["exercises"]
+    for setup in dict.fromkeys(e["setup"] for e in exercises):  # each notebook's, once
+        exec(compile(setup, "<setup>", "exec"), {"__name__": "__setup__"})
     if exercises:
-        exec(compile(exercises[0]["setup"], "<setup>", "exec"), {"__name__": "__setup__"})
         with tripwires(EXERCISES[exercises[0]["name"]]):
             torch.ones(2).add(1)
 

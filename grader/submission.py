@@ -128,29 +128,38 @@ def grade_notebook(
     hidden: bool = True,
 ) -> list[ExerciseResult]:
     """Every exercise of `assignment` in the notebook at `path`, in the notebook's order."""
-    source = source_notebook(assignment)
-    names = exercises_of(source)
-    plans = {name: plan(EXERCISES[name], hidden, seed) for name in names}
-    verdicts: dict[str, Verdict] = {}
-    try:
-        notebook = read_notebook(path)
-    except ValueError as error:
-        reason = StudentError("missing", f"Not graded: {error}.")
-        verdicts = {n: _verdict_for_all(n, reason, plans[n]) for n in names}
-        return [_result(verdicts[n]) for n in names]
+    return grade_notebooks([(path, assignment)], seed, limits, sandbox, hidden)[0]
 
-    answers = {n: answer_source(notebook, n) for n in names}
-    with tempfile.TemporaryDirectory(prefix="grade-") as scratch:
-        job = Path(scratch)
-        specs = []
+
+def grade_notebooks(
+    notebooks: list[tuple[Path, str]],
+    seed: int,
+    limits: Limits = DEFAULT_LIMITS,
+    sandbox: Sandbox | None = None,
+    hidden: bool = True,
+) -> list[list[ExerciseResult]]:
+    """One student's notebooks (path, assignment) graded by one runner, which pays Python's and
+    torch's start-up once; each exercise still runs in its own forked, limited process."""
+    verdicts: dict[str, Verdict] = {}
+    names_by_notebook, plans, answers, specs = [], {}, {}, []
+    for path, assignment in notebooks:
+        source = source_notebook(assignment)
+        names = exercises_of(source)
+        names_by_notebook.append(names)
+        plans.update({n: plan(EXERCISES[n], hidden, seed) for n in names})
+        try:
+            notebook = read_notebook(path)
+        except ValueError as error:
+            reason = StudentError("missing", f"Not graded: {error}.")
+            verdicts.update({n: _verdict_for_all(n, reason, plans[n]) for n in names})
+            continue
         for name in names:
+            answers[name] = answer_source(notebook, name)
             if answers[name] is None:
                 missing = f"No answer cell defines `{name}` (was it renamed or deleted?)."
-                verdicts[name] = _verdict_for_all(
-                    name, StudentError("missing", missing), plans[name]
-                )
+                reason = StudentError("missing", missing)
+                verdicts[name] = _verdict_for_all(name, reason, plans[name])
                 continue
-            _write_inputs(job, name, plans[name])
             specs.append(
                 {
                     "name": name,
@@ -159,11 +168,15 @@ def grade_notebook(
                     "cases": len(plans[name]),
                 }
             )
+    with tempfile.TemporaryDirectory(prefix="grade-") as scratch:
+        job = Path(scratch)
+        for spec in specs:
+            _write_inputs(job, spec["name"], plans[spec["name"]])
         for name, outputs, calls in _run_all(job, specs, limits, sandbox):
             static = forbidden_uses(answers[name], EXERCISES[name])
             integrity = integrity_message(EXERCISES[name], static, calls)
             verdicts[name] = judge(EXERCISES[name], plans[name], outputs, integrity)
-    return [_result(verdicts[n]) for n in names]
+    return [[_result(verdicts[n]) for n in names] for names in names_by_notebook]
 
 
 def _run_all(job: Path, specs: list[dict], limits: Limits, sandbox: Sandbox | None):
