@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import secrets
 
 import pytest
 from nbgrader.api import Gradebook
@@ -13,17 +14,23 @@ from grader.config import assignments
 from grader.demo import PROFILES, expected_scores, write_class
 from grader.nbgrader_steps import TEST_SUFFIX, results_path
 from grader.report import leaks_hidden_tests, scores, write_csv, write_feedback
-from grader.submission import Limits
+from grader.sandbox import Sandbox, available, secrets_of
+from grader.submission import Limits, grade_notebooks
 
 LIMITS = Limits(wall_seconds=10)  # the looping student costs this much per notebook
 
 
+SEED = secrets.randbits(31)  # the expected scores must hold whatever the hidden inputs
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
+    """The sample class, graded as an instructor would: in the sandbox where there is one."""
     root = tmp_path_factory.mktemp("class")
     submissions = write_class(root / "submissions")
     course = Course(root / "course")
-    outcomes = autograde(submissions, course, jobs=2, limits=LIMITS, progress=False)
+    sandbox = Sandbox(secrets_of(course.root, submissions), slots=2) if available() else None
+    outcomes = autograde(submissions, course, 2, SEED, LIMITS, sandbox, progress=False)
     return submissions, course, outcomes
 
 
@@ -114,3 +121,15 @@ def test_feedback_names_the_mistake_and_never_shows_hidden_tests(graded):
     assert not [p for p, html in pages.items() if leaks_hidden_tests(html)]
     ivy = next(html for p, html in pages.items() if "ivy" in p.parts and "01_layer_norm" in p.name)
     assert "unbiased estimator" in ivy
+
+
+@pytest.mark.skipif(not available(), reason="bubblewrap is not installed")
+def test_the_sandbox_changes_no_score(graded):
+    """The whole sample class graded again without the sandbox, with the same hidden inputs."""
+    submissions, course, _ = graded
+    for student in sorted(PROFILES):
+        paths = [(submissions / student / a / f"{a}.ipynb", a) for a in assignments()]
+        unsandboxed = grade_notebooks(paths, SEED, LIMITS)
+        for (_, assignment), results in zip(paths, unsandboxed, strict=True):
+            recorded = json.loads(results_path(course.results, student, assignment).read_text())
+            assert [r.score for r in results] == [e["score"] for e in recorded["exercises"]]

@@ -67,3 +67,10 @@ def test_no_test_passes_on_the_untouched_student_version(assignment):
     assert "Success! The notebook does not pass any tests." in result.stdout, result.stdout
     hidden = [c.source for c in nbformat.read(path, 4).cells if "HIDDEN TESTS" in c.source]
     assert hidden == []
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_solutions_carry_no_execution_timestamps(assignment):
+    """Executed with record_timing off: stored outputs change only when results do."""
+    cells = source_notebook(assignment).cells
+    assert [c.get("id") for c in cells if "execution" in c.metadata] == []
