@@ -180,25 +180,32 @@ def record(task: Task, course: Course, api: NbGraderAPI, digest: str) -> Outcome
 
 
 class Progress:
-    """One status line: done / total, failures, time left (a plain log line when not a tty)."""
+    """One status line: notebooks and students done, failures, time left (a log line per
+    notebook when the output is not a terminal)."""
 
-    def __init__(self, total: int, stream=sys.stderr):
-        self.total, self.done, self.failed = total, 0, 0
+    def __init__(self, tasks: list[Task], stream=sys.stderr):
+        self.left = {}
+        for task in tasks:
+            self.left[task.student] = self.left.get(task.student, 0) + 1
+        self.total, self.done, self.failed = len(tasks), 0, 0
         self.start, self.stream = time.monotonic(), stream
 
     def advance(self, outcome: Outcome) -> None:
         self.done += 1
         self.failed += bool(outcome.problem)
+        self.left[outcome.task.student] -= 1
+        students_done = sum(n == 0 for n in self.left.values())
         elapsed = time.monotonic() - self.start
-        left = elapsed / self.done * (self.total - self.done)
+        remaining = elapsed / self.done * (self.total - self.done)
         width = 24
         bar = "#" * (width * self.done // max(self.total, 1))
         line = (
-            f"[{bar:<{width}}] {self.done}/{self.total} graded, {self.failed} failed, "
-            f"~{left:.0f} s left  ({outcome.task.label})"
+            f"[{bar:<{width}}] {self.done}/{self.total} notebooks, "
+            f"{students_done}/{len(self.left)} students, {self.failed} failed, "
+            f"~{remaining:.0f} s left  ({outcome.task.label})"
         )
         end = "\r" if self.stream.isatty() and self.done < self.total else "\n"
-        print(line.ljust(100), end=end, file=self.stream, flush=True)
+        print(line.ljust(110), end=end, file=self.stream, flush=True)
 
 
 def autograde(
@@ -223,7 +230,7 @@ def autograde(
             outcomes.append(Outcome(task, skipped=True))
         else:
             todo.append(task)
-    bar = Progress(len(todo)) if progress else None
+    bar = Progress(todo) if progress else None
     by_student: dict[str, list[Task]] = {}
     for task in todo:
         by_student.setdefault(task.student, []).append(task)
