@@ -1,7 +1,46 @@
-"""Settings shared by the whole test suite."""
+"""Settings and fixtures shared by the whole test suite."""
 
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+import pytest
 import torch
+
+import norm_utils
+from grader.checks.probe import load_answer
+from grader.config import assignments
+from grader.notebook import answer_source, exercises_of, setup_code, source_notebook
 
 # The tests use tiny tensors, where a second intra-op thread only adds synchronization; on a busy
 # 2-core machine its spin-waiting made the suite several times slower.
 torch.set_num_threads(1)
+
+# Grading seeds every check must hold for: hidden inputs are drawn afresh in every grading run.
+SEEDS = (0, 1, 2**31 - 1)
+
+
+def solution_answers() -> dict[str, tuple[Any, str]]:
+    """Every exercise's (answer, source), from the solution notebooks' answer cells, loaded as
+    the autograder loads them: the imports cell, then that one answer cell, nothing else."""
+    found = {}
+    for assignment in assignments():
+        notebook = source_notebook(assignment)
+        for name in exercises_of(notebook):
+            source = answer_source(notebook, name)
+            found[name] = (load_answer(setup_code(notebook), source, name), source)
+    return found
+
+
+@pytest.fixture(scope="session")
+def solutions() -> dict[str, tuple[Any, str]]:
+    return solution_answers()
+
+
+def answer_from(source: str, name: str) -> Any:
+    """A hand-written answer (a cheat, a mistake) defined with the notebooks' usual names."""
+    namespace = {"torch": torch, "F": torch.nn.functional, "nn": torch.nn}
+    namespace |= {"norm_utils": norm_utils, "nu": norm_utils}
+    exec(compile(textwrap.dedent(source), f"<answer {name}>", "exec"), namespace)
+    return namespace[name]

@@ -1,62 +1,38 @@
-"""The check library judged on known answers: the reference, each classic mistake, cheats."""
+"""The check library judged on known answers: the solutions, each classic mistake, cheats."""
 
 from __future__ import annotations
-
-import textwrap
 
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F  # noqa: F401 (used by the exec'd answers)
+from conftest import SEEDS, answer_from
 
-import norm_utils
 from grader.checks import EXERCISES, CheckFailed, check, grade, run
 from grader.checks.core import StudentError, judge, plan
-from grader.checks.probe import load_answer
-from grader.config import assignments
-from grader.notebook import answer_source, exercises_of, setup_code, source_notebook
 
 CASES = [(e, m) for e in EXERCISES.values() for m in e.mistakes]
 
 
-def answer_from(source: str, name: str):
-    namespace = {"torch": torch, "F": torch.nn.functional, "nn": torch.nn, "norm_utils": norm_utils}
-    exec(compile(textwrap.dedent(source), f"<answer {name}>", "exec"), namespace)
-    return namespace[name]
+def test_every_exercise_has_a_solution_cell(solutions):
+    assert set(solutions) == set(EXERCISES)
 
 
-def solution_answers():
-    """(exercise, answer, source) for every exercise, from the solution notebooks' answer cells."""
-    for assignment in assignments():
-        notebook = source_notebook(assignment)
-        for name in exercises_of(notebook):
-            source = answer_source(notebook, name)
-            yield EXERCISES[name], load_answer(setup_code(notebook), source, name), source
-
-
-def test_every_exercise_has_a_solution_cell():
-    assert {e.name for e, _, _ in solution_answers()} == set(EXERCISES)
-
-
-@pytest.mark.parametrize(("exercise", "answer", "source"), list(solution_answers()), ids=str)
-def test_the_solution_earns_full_marks_with_no_diagnosis(exercise, answer, source):
-    verdict = run(exercise, answer, hidden=True, seed=123, source=source)
-    assert verdict.score == exercise.points, verdict.render()
-    assert verdict.passed and not verdict.diagnoses
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_the_solution_earns_full_marks_with_no_diagnosis_whatever_the_seed(solutions, name):
+    answer, source = solutions[name]
+    for seed in SEEDS:
+        verdict = run(EXERCISES[name], answer, hidden=True, seed=seed, source=source)
+        assert verdict.score == EXERCISES[name].points, verdict.render()
+        assert verdict.passed and not verdict.diagnoses
 
 
 @pytest.mark.parametrize(("exercise", "mistake"), CASES, ids=lambda c: getattr(c, "name", ""))
-def test_each_classic_mistake_is_named_and_costs_points(exercise, mistake):
-    verdict = run(exercise, mistake.impl, hidden=True, seed=7, source="")
-    assert verdict.score < exercise.points
-    assert mistake in verdict.diagnoses, verdict.render()
-    assert mistake.message in verdict.render()
-
-
-@pytest.mark.parametrize(("exercise", "mistake"), CASES, ids=lambda c: getattr(c, "name", ""))
-def test_a_mistake_is_caught_whatever_the_grading_seed(exercise, mistake):
-    for seed in (0, 1, 2**31 - 1):
-        assert mistake in run(exercise, mistake.impl, hidden=True, seed=seed, source="").diagnoses
+def test_each_classic_mistake_is_named_and_costs_points_whatever_the_seed(exercise, mistake):
+    for seed in SEEDS:
+        verdict = run(exercise, mistake.impl, hidden=True, seed=seed, source="")
+        assert verdict.score < exercise.points
+        assert mistake in verdict.diagnoses, verdict.render()
+        assert mistake.message in verdict.render()
 
 
 def test_partial_credit_right_statistics_wrong_affine_keeps_most_points():
