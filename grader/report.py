@@ -54,6 +54,8 @@ def write_feedback(course: Course, students: list[str]) -> tuple[Path, list[str]
     problems = []
     for assignment in assignments():
         for student in students:
+            if not (course.root / "autograded" / student / assignment).is_dir():
+                continue  # never graded: nothing to give feedback on
             result = api.generate_feedback(assignment, student, force=True)
             if not result["success"]:
                 tail = (result.get("error") or "").strip().splitlines()[-1:]

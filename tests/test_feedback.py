@@ -1,0 +1,79 @@
+"""Every known mistake, recorded through nbgrader: its partial score lands in the gradebook and
+its diagnosis in the student's HTML feedback, with no hidden test code shown."""
+
+from __future__ import annotations
+
+import html
+import json
+
+import pytest
+from nbgrader.api import Gradebook
+
+from grader.autograde import Course, Task, fingerprint, prepare, record
+from grader.checks import EXERCISES, run
+from grader.config import SOLUTIONS, assignments
+from grader.nbgrader_steps import TEST_SUFFIX, results_path
+from grader.notebook import exercises_of, source_notebook
+from grader.report import leaks_hidden_tests, write_feedback
+
+MISTAKES = [
+    (a, e, k, m)
+    for a in assignments()
+    for e in exercises_of(source_notebook(a))
+    for k, m in enumerate(EXERCISES[e].mistakes)
+]
+
+
+def student_id(k: int) -> str:
+    """Student k makes the k-th known mistake of every exercise that has one and gets the other
+    exercises right: few notebooks to record, every mistake covered."""
+    return f"mistake-{k:02d}"
+
+
+def results_of(names: list[str], k: int, verdicts: dict) -> list[dict]:
+    exercises = []
+    for name in names:
+        full = EXERCISES[name].points
+        entry = {"name": name, "score": full, "max_score": full, "feedback": ""}
+        if (name, k) in verdicts:
+            entry.update(score=verdicts[(name, k)].score, feedback=verdicts[(name, k)].render())
+        exercises.append(entry)
+    return exercises
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    course = Course(tmp_path_factory.mktemp("feedback") / "course")
+    prepare(course)
+    api = course.api()
+    verdicts = {
+        (e, k): run(EXERCISES[e], m.impl, hidden=True, seed=3, source="") for _, e, k, m in MISTAKES
+    }
+    for assignment in assignments():
+        names = exercises_of(source_notebook(assignment))
+        for k in range(max(len(EXERCISES[n].mistakes) for n in names)):
+            task = Task(student_id(k), assignment, SOLUTIONS / assignment / f"{assignment}.ipynb")
+            path = results_path(course.results, task.student, assignment)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"exercises": results_of(names, k, verdicts)}))
+            outcome = record(task, course, api, fingerprint(task))
+            assert not outcome.problem, outcome.problem
+    folder, problems = write_feedback(course, sorted({student_id(k) for *_, k, _ in MISTAKES}))
+    assert problems == []
+    return course, verdicts, folder
+
+
+@pytest.mark.parametrize(
+    ("assignment", "exercise", "k", "mistake"), MISTAKES, ids=lambda v: getattr(v, "name", str(v))
+)
+def test_the_partial_score_and_the_diagnosis_reach_the_student(
+    recorded, assignment, exercise, k, mistake
+):
+    course, verdicts, folder = recorded
+    student, verdict = student_id(k), verdicts[(exercise, k)]
+    with Gradebook(course.api().coursedir.db_url) as gradebook:
+        grade = gradebook.find_grade(f"{exercise}{TEST_SUFFIX}", assignment, assignment, student)
+        assert grade.score == verdict.score < EXERCISES[exercise].points
+    page = html.unescape((folder / student / assignment / f"{assignment}.html").read_text())
+    assert mistake.message in page
+    assert not leaks_hidden_tests(page)
