@@ -18,8 +18,6 @@ beyond the float64 tolerance, for any grading seed.
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import torch
 from torch import nn
@@ -28,20 +26,6 @@ from grader.checks.core import Arrays, Check, Exercise, Mistake
 from grader.checks.probe import tensors
 from norm_utils.blocks import Encoder, PostLNBlock, PreLNBlock, TinyLM, _Block
 
-BLOCK_KEYS = (
-    "self_attn.in_proj_weight",
-    "self_attn.in_proj_bias",
-    "self_attn.out_proj.weight",
-    "self_attn.out_proj.bias",
-    "linear1.weight",
-    "linear1.bias",
-    "linear2.weight",
-    "linear2.bias",
-    "norm1.weight",
-    "norm1.bias",
-    "norm2.weight",
-    "norm2.bias",
-)
 SWITCH_OFF = ("self_attn.out_proj.weight", "linear2.weight")  # zeroed: F₁ ≡ b₁, F₂ ≡ b₂
 _TOL = {"rtol": 1e-7, "atol": 1e-9}  # float64 throughout; every mistake moves outputs by ~1
 
@@ -133,6 +117,7 @@ _TRUSTED: set = set()  # the references and the mistakes (filled in below); neve
 
 
 def _own_work(factory, module: nn.Module, library: tuple[type, ...]) -> None:
+    """Refuse an answer that is, subclasses or wraps one of the `library` modules."""
     if factory in _TRUSTED:
         return
     for m in module.modules():
@@ -178,11 +163,12 @@ def _probe_block(block_cls, a: Arrays) -> dict[str, torch.Tensor]:
         getattr(block, name).register_forward_hook(
             lambda module, args, out, inputs=inputs: inputs.append(args[0].detach().clone())
         )
-    out = _forward_backward(block, a)
-    for name, inputs in seen.items():  # what each norm read first (empty if never called)
-        out[f"{name}_input"] = inputs[0] if inputs else torch.zeros(0)
-    out["norm_calls"] = torch.tensor([len(seen["norm1"]), len(seen["norm2"])])
-    return out
+    result = _forward_backward(block, a)
+    # Structure first, so that feedback names the norm that is misplaced before the output.
+    out = {"times_norm1_and_norm2_are_called": torch.tensor([len(v) for v in seen.values()])}
+    for name, inputs in seen.items():  # what each norm reads (first call; empty if never called)
+        out[f"input_of_{name}"] = inputs[0] if inputs else torch.zeros(0)
+    return out | result
 
 
 def _probe_stack(encoder_cls, a: Arrays) -> dict[str, torch.Tensor]:
@@ -507,16 +493,3 @@ _TRUSTED.update(
     | {m.impl for e in EXERCISES for m in e.mistakes}
     | {PostLNBlock, PreLNBlock}  # norm_utils' blocks, so the tests can hold them to the checks
 )
-
-
-def _register() -> None:
-    """Add these exercises to `grader.checks.EXERCISES` when that registry does not collect
-    them itself (its __init__ currently imports only notebook 01's module). A no-op once it does,
-    and while the package is still initializing."""
-    registry = getattr(sys.modules.get("grader.checks"), "EXERCISES", None)
-    if isinstance(registry, dict):
-        for exercise in EXERCISES:
-            registry.setdefault(exercise.name, exercise)
-
-
-_register()

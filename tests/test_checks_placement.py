@@ -1,0 +1,256 @@
+"""Notebook 04's checks: PostLNBlock, PreLNBlock, PreLNEncoder.
+
+The solutions come from the notebook's own answer cells. Every classic mistake must be named and
+cost points for any grading seed; the course's own blocks must agree with the PyTorch references
+under the very probes that grade the students; the stand-in-sublayer checks must judge the
+placement alone; library blocks and stacks must earn zero even where the source is invisible
+(a class defined in a notebook); the untouched release must fail in plain words.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import norm_utils
+from grader.checks import EXERCISES as REGISTRY
+from grader.checks import placement, run
+from grader.checks.core import StudentError, outputs_of, plan
+from grader.checks.placement import EXERCISES, SWITCH_OFF
+from grader.checks.probe import call, load_answer
+from grader.config import RELEASE
+from grader.notebook import answer_source, exercises_of, read_notebook, setup_code, source_notebook
+
+ASSIGNMENT = "04_placement"
+BY_NAME = {e.name: e for e in EXERCISES}
+SEEDS = (0, 1, 2**31 - 1)
+CASES = [(e, m) for e in EXERCISES for m in e.mistakes]
+
+
+def _solutions() -> dict[str, tuple[Any, str]]:
+    notebook = source_notebook(ASSIGNMENT)
+    setup = setup_code(notebook)
+    found = {}
+    for name in BY_NAME:
+        source = answer_source(notebook, name)
+        assert source is not None, f"no answer cell for {name}"
+        found[name] = (load_answer(setup, source, name), source)
+    return found
+
+
+SOLUTIONS = _solutions()
+
+
+def _answer(source: str, name: str) -> Any:
+    namespace = {"torch": torch, "F": F, "nn": nn, "nu": norm_utils, "norm_utils": norm_utils}
+    exec(compile(textwrap.dedent(source), f"<answer {name}>", "exec"), namespace)
+    return namespace[name]
+
+
+# ---------------------------------------------------------------------------------------------
+# The notebook, the registry and the points
+
+
+def test_the_notebook_holds_exactly_these_exercises_and_the_registry_knows_them():
+    assert exercises_of(source_notebook(ASSIGNMENT)) == [e.name for e in EXERCISES]
+    assert all(REGISTRY[e.name] is e for e in EXERCISES)
+
+
+def test_test_cell_points_equal_the_check_points():
+    meta = {
+        c.metadata.nbgrader["grade_id"]: c.metadata.nbgrader
+        for c in source_notebook(ASSIGNMENT).cells
+        if "nbgrader" in c.metadata
+    }
+    for exercise in EXERCISES:
+        assert meta[f"{exercise.name}_tests"]["points"] == exercise.points
+
+
+@pytest.mark.parametrize("name", list(BY_NAME))
+def test_the_notebook_solution_earns_full_marks_for_every_seed(name):
+    answer, source = SOLUTIONS[name]
+    for seed in SEEDS:
+        verdict = run(BY_NAME[name], answer, hidden=True, seed=seed, source=source)
+        assert verdict.score == BY_NAME[name].points, verdict.render()
+        assert verdict.passed and not verdict.diagnoses
+
+
+@pytest.mark.parametrize(("exercise", "mistake"), CASES, ids=lambda c: getattr(c, "name", ""))
+def test_each_mistake_is_named_and_costs_points_for_every_seed(exercise, mistake):
+    for seed in SEEDS:
+        verdict = run(exercise, mistake.impl, hidden=True, seed=seed, source="")
+        assert verdict.score < exercise.points
+        assert mistake in verdict.diagnoses, verdict.render()
+        assert mistake.message in verdict.render()
+
+
+@pytest.mark.parametrize(("exercise", "mistake"), CASES, ids=lambda c: getattr(c, "name", ""))
+def test_only_the_mistakes_own_message_appears(exercise, mistake):
+    """A wrong placement must not be blamed on another one: only its own message shows."""
+    verdict = run(exercise, mistake.impl, hidden=True, seed=5, source="")
+    assert [m.name for m in verdict.diagnoses] == [mistake.name], verdict.render()
+
+
+def test_the_right_placement_with_a_wrong_sublayer_keeps_the_structure_points():
+    """The stand-in checks replace the sublayers, so they judge the placement alone."""
+    source = SOLUTIONS["PostLNBlock"][1]
+    assert "F.relu(self.linear1(x))" in source
+    gelu = _answer(
+        source.replace("F.relu(self.linear1(x))", "F.gelu(self.linear1(x))"), "PostLNBlock"
+    )
+    verdict = run(BY_NAME["PostLNBlock"], gelu, hidden=True, seed=0, source="")
+    for outcome in verdict.outcomes:
+        if "stand-in" in outcome.check.description:
+            assert outcome.passed, verdict.render()
+        if "equal nn.TransformerEncoderLayer" in outcome.check.description:
+            assert not outcome.passed
+    assert 0 < verdict.score < BY_NAME["PostLNBlock"].points
+
+
+# ---------------------------------------------------------------------------------------------
+# The references: PyTorch's layers, norm_utils' blocks, and what the inputs promise
+
+
+@pytest.mark.parametrize(
+    ("name", "course_impl"),
+    [("PostLNBlock", norm_utils.PostLNBlock), ("PreLNBlock", norm_utils.PreLNBlock)],
+)
+def test_norm_utils_blocks_agree_with_the_torch_reference_under_every_probe(name, course_impl):
+    exercise = BY_NAME[name]
+    for seed in SEEDS:
+        for _, inputs in plan(exercise, hidden=True, seed=seed):
+            ours = outputs_of(exercise, course_impl, inputs)
+            want = outputs_of(exercise, exercise.reference, inputs)
+            assert ours.keys() == want.keys()
+            for key in want:
+                np.testing.assert_allclose(ours[key], want[key], rtol=1e-9, atol=1e-10)
+
+
+def test_the_encoder_reference_equals_nn_transformer_encoder_with_a_final_norm(monkeypatch):
+    """norm_utils' Encoder(final_norm=True), the reference, is PyTorch's stack with norm=LN."""
+    exercise = BY_NAME["PreLNEncoder"]
+
+    def torch_stack(num_layers, d_model, n_heads, d_ff):
+        layer = nn.TransformerEncoderLayer(
+            d_model, n_heads, d_ff, dropout=0.0, batch_first=True, norm_first=True
+        )
+        norm = nn.LayerNorm(d_model)
+        return nn.TransformerEncoder(layer, num_layers, norm=norm, enable_nested_tensor=False)
+
+    monkeypatch.setattr(placement, "_TRUSTED", placement._TRUSTED | {torch_stack})
+    for _, inputs in plan(exercise, hidden=True, seed=3):
+        got, want = (
+            outputs_of(exercise, torch_stack, inputs),
+            outputs_of(exercise, exercise.reference, inputs),
+        )
+        for key in want:
+            np.testing.assert_allclose(got[key], want[key], rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_only_the_zeroed_checks_zero_weights_and_only_the_output_weights(seed):
+    for exercise in EXERCISES:
+        for check_, inputs in plan(exercise, hidden=True, seed=seed):
+            weights = [k for k in inputs if k.startswith("w:")]
+            zeroed = {k for k in weights if not inputs[k].any()}
+            output_weights = {k for k in weights if k.endswith(SWITCH_OFF)}
+            assert zeroed == (output_weights if "zeroed" in check_.description else set())
+
+
+def test_a_pre_ln_block_with_zeroed_output_weights_is_a_pure_shift():
+    """What the hidden switched-off check promises: y = x + b₁ + b₂ and ∂L/∂x = the cotangent."""
+    exercise = BY_NAME["PreLNBlock"]
+    _, inputs = next(
+        (c, i) for c, i in plan(exercise, hidden=True, seed=11) if "zeroed" in c.description
+    )
+    out = outputs_of(exercise, exercise.reference, inputs)
+    shift = inputs["w:self_attn.out_proj.bias"] + inputs["w:linear2.bias"]
+    np.testing.assert_allclose(out["y"], inputs["x"] + shift, atol=1e-12)
+    np.testing.assert_allclose(out["grad_x"], inputs["cotangent"], atol=1e-12)
+
+
+def test_stand_in_outputs_reveal_what_each_norm_reads():
+    exercise = BY_NAME["PreLNBlock"]
+    _, inputs = next(
+        (c, i) for c, i in plan(exercise, hidden=False, seed=0) if "stand-in" in c.description
+    )
+    out = outputs_of(exercise, exercise.reference, inputs)
+    np.testing.assert_array_equal(out["input_of_norm1"], inputs["x"])  # Pre-LN: LN₁ reads x
+    np.testing.assert_array_equal(out["times_norm1_and_norm2_are_called"], [1, 1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Library shortcuts and the untouched release
+
+CHEATS = {
+    "PostLNBlock": [
+        "class PostLNBlock(nn.TransformerEncoderLayer):\n"
+        "    def __init__(self, d, h, f):\n"
+        "        super().__init__(d, h, f, dropout=0.0, batch_first=True)",
+        "def PostLNBlock(d, h, f):\n"
+        "    return nn.TransformerEncoderLayer(d, h, f, dropout=0.0, batch_first=True)",
+        "class PostLNBlock(nu.PostLNBlock):\n    pass",
+        "PostLNBlock = nu.PostLNBlock",
+    ],
+    "PreLNBlock": [
+        "class PreLNBlock(nn.TransformerEncoderLayer):\n"
+        "    def __init__(self, d, h, f):\n"
+        "        super().__init__(d, h, f, dropout=0.0, batch_first=True, norm_first=True)",
+        "from norm_utils.blocks import _Block\n"
+        "class PreLNBlock(_Block):\n"
+        "    def forward(self, x):\n"
+        "        x = x + self._sa_block(self.norm1(x), None, None)\n"
+        "        return x + self._ff_block(self.norm2(x))",
+    ],
+    "PreLNEncoder": [
+        "def PreLNEncoder(n, d, h, f):\n    return nu.Encoder('pre', n, d, h, f, final_norm=True)",
+        "class PreLNEncoder(nn.TransformerEncoder):\n"
+        "    def __init__(self, n, d, h, f):\n"
+        "        layer = nn.TransformerEncoderLayer(d, h, f, 0.0, batch_first=True, "
+        "norm_first=True)\n"
+        "        super().__init__(layer, n, norm=nn.LayerNorm(d), enable_nested_tensor=False)",
+    ],
+}
+
+
+@pytest.mark.parametrize("with_source", [True, False], ids=["source", "no source"])
+@pytest.mark.parametrize(
+    ("name", "source"), [(n, s) for n, ss in CHEATS.items() for s in ss], ids=lambda v: v[:40]
+)
+def test_library_blocks_earn_zero_even_when_the_source_is_invisible(name, source, with_source):
+    """In a notebook `inspect.getsource` fails for classes, so `check`/`grade` scan nothing:
+    the probe itself must refuse library blocks and stacks."""
+    answer = _answer(source, name)
+    verdict = run(BY_NAME[name], answer, hidden=True, seed=0, source=source if with_source else "")
+    assert verdict.score == 0, verdict.render()
+
+
+def test_a_student_stack_of_library_blocks_is_allowed():
+    """The encoder exercise is about the stack: its blocks may be nu.PreLNBlock or torch's."""
+    source = SOLUTIONS["PreLNEncoder"][1].replace(
+        "nu.PreLNBlock(d_model, n_heads, d_ff)",
+        "nn.TransformerEncoderLayer(d_model, n_heads, d_ff, 0.0, batch_first=True, "
+        "norm_first=True)",
+    )
+    assert "TransformerEncoderLayer" in source
+    verdict = run(
+        BY_NAME["PreLNEncoder"], _answer(source, "PreLNEncoder"), hidden=True, seed=0, source=source
+    )
+    assert verdict.score == BY_NAME["PreLNEncoder"].points, verdict.render()
+
+
+def test_the_untouched_release_fails_every_check_in_plain_words():
+    notebook = read_notebook(RELEASE / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+    setup = setup_code(source_notebook(ASSIGNMENT))
+    for exercise in EXERCISES:
+        stub = load_answer(setup, answer_source(notebook, exercise.name), exercise.name)
+        outputs, _ = call(exercise, stub, plan(exercise, hidden=False, seed=0)[0][1])
+        assert isinstance(outputs, StudentError) and outputs.kind == "NotImplementedError"
+        verdict = run(exercise, stub, hidden=True, seed=0, source="")
+        assert verdict.score == 0 and "not implemented yet" in verdict.render()
