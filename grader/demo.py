@@ -59,6 +59,39 @@ def _strip_metadata(a: str) -> Notebook:
     return nb
 
 
+def _is_test_cell(cell) -> bool:
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "").endswith("_tests")
+
+
+def _delete_tests_and_imports(a: str) -> Notebook:
+    nb = _solution(a)
+    nb.cells = [
+        c for c in nb.cells if not _is_test_cell(c) and "imports" not in str(c.get("metadata"))
+    ]
+    return nb
+
+
+def _reorder_and_duplicate(a: str) -> Notebook:
+    """Cells reversed; the first answer duplicated, a wrong copy above the right one (in Jupyter
+    the cell run last wins, and so it does when grading)."""
+    nb = _solution(a)
+    answer = _answer_cell(nb, _first(a))
+    wrong = copy.deepcopy(answer)
+    wrong.source = f"def {_first(a)}(*args, **kwargs):\n    return None\n"
+    wrong.metadata = {}
+    nb.cells = [*reversed(nb.cells)]
+    nb.cells.insert(nb.cells.index(answer), wrong)
+    return nb
+
+
+def _edit_locked_tests(a: str) -> Notebook:
+    nb = _solution(a)
+    for cell in nb.cells:
+        if _is_test_cell(cell):
+            cell.source = "print('all tests passed')\n10.0"
+    return nb
+
+
 def _full(a: str) -> dict[str, float]:
     return {n: EXERCISES[n].points for n in exercises_of(source_notebook(a))}
 
@@ -121,6 +154,15 @@ PROFILES: dict[str, Profile] = {
         _all_but_first,
     ),
     "hal": Profile("editor stripped all metadata, changed kernel", _strip_metadata, _full),
+    "mia": Profile(
+        "deleted every test cell and the imports cell", _delete_tests_and_imports, _full
+    ),
+    "ned": Profile(
+        "cells reversed, a wrong copy of the first answer above the right one",
+        _reorder_and_duplicate,
+        _full,
+    ),
+    "oli": Profile("rewrote the locked test cells to print a pass", _edit_locked_tests, _full),
     "ivy": _mistake(
         "layer_norm with the unbiased variance",
         "01_layer_norm",
