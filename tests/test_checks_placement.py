@@ -10,57 +10,29 @@ untouched release fails in plain words.
 
 from __future__ import annotations
 
-import textwrap
-from typing import Any
-
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
+from conftest import SEEDS, answer_from, solution_answers
 from torch import nn
 
 import norm_utils
-from grader.checks import EXERCISES as REGISTRY
 from grader.checks import placement, run
 from grader.checks.core import StudentError, outputs_of, plan
 from grader.checks.placement import EXERCISES, SWITCH_OFF
 from grader.checks.probe import call, load_answer
 from grader.config import RELEASE
-from grader.notebook import answer_source, exercises_of, read_notebook, setup_code, source_notebook
+from grader.notebook import answer_source, read_notebook, setup_code, source_notebook
 
 ASSIGNMENT = "04_placement"
 BY_NAME = {e.name: e for e in EXERCISES}
-SEEDS = (0, 1, 2**31 - 1)
 CASES = [(e, m) for e in EXERCISES for m in e.mistakes]
 
 
-def _solutions() -> dict[str, tuple[Any, str]]:
-    notebook = source_notebook(ASSIGNMENT)
-    setup = setup_code(notebook)
-    found = {}
-    for name in BY_NAME:
-        source = answer_source(notebook, name)
-        assert source is not None, f"no answer cell for {name}"
-        found[name] = (load_answer(setup, source, name), source)
-    return found
-
-
-SOLUTIONS = _solutions()
-
-
-def _answer(source: str, name: str) -> Any:
-    namespace = {"torch": torch, "F": F, "nn": nn, "nu": norm_utils, "norm_utils": norm_utils}
-    exec(compile(textwrap.dedent(source), f"<answer {name}>", "exec"), namespace)
-    return namespace[name]
+SOLUTIONS = {name: solution_answers()[name] for name in BY_NAME}
 
 
 # ---------------------------------------------------------------------------------------------
-# The notebook, the registry and the points
-
-
-def test_the_notebook_holds_exactly_these_exercises_and_the_registry_knows_them():
-    assert exercises_of(source_notebook(ASSIGNMENT)) == [e.name for e in EXERCISES]
-    assert all(REGISTRY[e.name] is e for e in EXERCISES)
+# Diagnoses
 
 
 @pytest.mark.parametrize(("exercise", "mistake"), CASES, ids=lambda c: getattr(c, "name", ""))
@@ -74,7 +46,7 @@ def test_the_right_placement_with_a_wrong_sublayer_keeps_the_structure_points():
     """The stand-in checks replace the sublayers, so they judge the placement alone."""
     source = SOLUTIONS["PostLNBlock"][1]
     assert "F.relu(self.linear1(x))" in source
-    gelu = _answer(
+    gelu = answer_from(
         source.replace("F.relu(self.linear1(x))", "F.gelu(self.linear1(x))"), "PostLNBlock"
     )
     verdict = run(BY_NAME["PostLNBlock"], gelu, hidden=True, seed=0, source="")
@@ -199,7 +171,7 @@ CHEATS = {
 def test_library_blocks_earn_zero_even_when_the_source_is_invisible(name, source, with_source):
     """In a notebook `inspect.getsource` fails for classes, so `check`/`grade` scan nothing:
     the probe itself must refuse library blocks and stacks."""
-    answer = _answer(source, name)
+    answer = answer_from(source, name)
     verdict = run(BY_NAME[name], answer, hidden=True, seed=0, source=source if with_source else "")
     assert verdict.score == 0, verdict.render()
 
@@ -213,7 +185,11 @@ def test_a_student_stack_of_library_blocks_is_allowed():
     )
     assert "TransformerEncoderLayer" in source
     verdict = run(
-        BY_NAME["PreLNEncoder"], _answer(source, "PreLNEncoder"), hidden=True, seed=0, source=source
+        BY_NAME["PreLNEncoder"],
+        answer_from(source, "PreLNEncoder"),
+        hidden=True,
+        seed=0,
+        source=source,
     )
     assert verdict.score == BY_NAME["PreLNEncoder"].points, verdict.render()
 
