@@ -87,6 +87,8 @@ class Course:
             AssignLatePenalties,
             CheckCellMetadata,
         ]
+        # Strip hidden-test markers wherever a student pasted them, instead of failing.
+        config.ClearHiddenTests.enforce_metadata = False
         config.GenerateFeedback.preprocessors = [
             "nbgrader.preprocessors.ClearHiddenTests",
             "nbgrader.preprocessors.GetGrades",

@@ -9,6 +9,7 @@ the way a student making that classic mistake would, and declare the points it k
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,23 @@ Notebook = nbformat.NotebookNode
 
 
 def _solution(a: str) -> Notebook:
-    return nbformat.read(SOLUTIONS / a / f"{a}.ipynb", as_version=4)
+    """What a student who solved everything hands in: the release, with every answer cell
+    holding the solution's answer (never the hidden tests, which a student never sees)."""
+    notebook = _release(a)
+    source = nbformat.read(SOLUTIONS / a / f"{a}.ipynb", as_version=4)
+    answers = {_grade_id(c): c.source for c in source.cells if _meta(c).get("solution")}
+    for cell in notebook.cells:
+        if _grade_id(cell) in answers:
+            cell.source = answers[_grade_id(cell)]
+    return notebook
+
+
+def _meta(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def _grade_id(cell) -> str:
+    return _meta(cell).get("grade_id", "")
 
 
 def _release(a: str) -> Notebook:
@@ -31,9 +48,7 @@ def _release(a: str) -> Notebook:
 
 
 def _answer_cell(nb: Notebook, name: str):
-    return next(
-        c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == name
-    )
+    return next(c for c in nb.cells if _grade_id(c) == name)
 
 
 def _first(a: str) -> str:
@@ -60,7 +75,7 @@ def _strip_metadata(a: str) -> Notebook:
 
 
 def _is_test_cell(cell) -> bool:
-    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "").endswith("_tests")
+    return _grade_id(cell).endswith("_tests")
 
 
 def _delete_tests_and_imports(a: str) -> Notebook:
@@ -140,7 +155,9 @@ PROFILES: dict[str, Profile] = {
     "dee": Profile("a file that is not JSON", lambda a: '{"cells": [', _zero),
     "eli": Profile(
         "renamed the first graded function",
-        _edit_first_answer(lambda src, name: src.replace(f"def {name}(", f"def my_{name}(")),
+        _edit_first_answer(
+            lambda src, name: re.sub(rf"\b(def|class) {name}\b", rf"\1 my_{name}", src)
+        ),
         _all_but_first,
     ),
     "fay": Profile(

@@ -38,9 +38,18 @@ def _layer_norm_variant(
     last_dim_only=False,
     affine=True,
     affine_first=False,
+    per_channel_affine=False,
     naive=False,
 ):
     """One layer norm with a switch per classic mistake; all switches off is correct."""
+    if per_channel_affine and weight is not None:
+        # γ, β read BatchNorm-style: one value per leading normalized dim, broadcast over the rest
+        lead = (weight.shape[0],) + (1,) * (weight.dim() - 1)
+
+        def first(p):  # the value at each leading index, broadcast over the rest
+            return p.reshape(p.shape[0], -1)[:, :1].reshape(lead)
+
+        weight, bias = first(weight), first(bias)
     dims = (0,) if batch_axis else (-1,) if last_dim_only else _trailing(x, normalized_shape)
     if affine_first and weight is not None:
         x = x * weight + bias
@@ -84,6 +93,12 @@ LAYER_NORM_MISTAKES = (
         "affine ignored",
         "`weight` and `bias` are not applied: the output must be scaled by γ and shifted by β.",
         partial(_layer_norm_variant, affine=False),
+    ),
+    Mistake(
+        "affine per channel",
+        "Your γ and β act per channel (one value per leading normalized dim, as in BatchNorm or "
+        "GroupNorm); LayerNorm's are elementwise, one per position of `normalized_shape`.",
+        partial(_layer_norm_variant, per_channel_affine=True),
     ),
     Mistake(
         "affine before normalizing",
