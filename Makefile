@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
-PYTEST_ARGS ?=
+# Two workers, a test file each: the grading suites already run their students in parallel.
+PYTEST_ARGS ?= -n 2 --dist loadfile
 
 .PHONY: setup demo test lint release release-check clean
 

@@ -99,6 +99,7 @@ def run_exercise(spec: dict, job: Path) -> None:
 
 def supervise(spec: dict, job: Path, limits: dict) -> None:
     """Fork, limit, wait; a child that dies or overruns leaves a 'crash' or 'timeout' record."""
+    (job / "out" / f"{spec['name']}.started").touch()  # so the grader knows who ran last
     pid = os.fork()
     if pid == 0:
         try:

@@ -180,9 +180,9 @@ def grade_notebooks(
 
 
 def _run_all(job: Path, specs: list[dict], limits: Limits, sandbox: Sandbox | None):
-    """Run every exercise; when the runner itself is taken down (killed by an answer), the first
-    exercise without a record is the one that did it: it is reported as crashed and the rest are
-    run again in a fresh runner, so honest answers keep their points."""
+    """Run every exercise, yielding (name, outputs, calls). When an answer takes the runner
+    down with it, the exercise that was running is reported as crashed and the ones not yet
+    started run again in a fresh runner, so the honest answers keep their points."""
     remaining = list(specs)
     while remaining:
         (job / "job.json").write_text(
@@ -192,11 +192,12 @@ def _run_all(job: Path, specs: list[dict], limits: Limits, sandbox: Sandbox | No
             run_job(job, limits, sandbox, len(remaining))
         except subprocess.TimeoutExpired:
             pass
-        recorded = [s for s in remaining if (job / "out" / f"{s['name']}.json").is_file()]
-        missing = [s for s in remaining if s not in recorded]
-        for s in recorded + missing[:1]:  # the culprit's absent record reads as a crash
+        started = [s for s in remaining if (job / "out" / f"{s['name']}.started").exists()]
+        if not started:  # the runner never ran: nothing can be graded, nothing is retried
+            started = remaining
+        for s in started:  # an absent record reads as a crash
             yield (s["name"], *_read_outputs(job, s["name"], s["cases"]))
-        remaining = missing[1:]
+        remaining = [s for s in remaining if s not in started]
 
 
 def _result(verdict: Verdict) -> ExerciseResult:
