@@ -59,11 +59,13 @@ class Sandbox:
 
     @staticmethod
     def _python_visible() -> list[str]:
-        """Python may live where the sandbox uid cannot enter (pyenv under /root): replace that
-        folder by an empty one holding only the Python installation, read-only."""
-        base = Path(sys.base_prefix).resolve()
-        closed = _untraversable_ancestor(base)
-        return [] if closed is None else ["--tmpfs", str(closed), "--ro-bind", str(base), str(base)]
+        """What the runner needs, read-only, even where the private /tmp or a closed folder
+        would hide it: the Python installation (pyenv may live under /root, mode 700), the
+        virtualenv, and this course's code (a checkout may live under /tmp)."""
+        needed = dict.fromkeys(p.resolve() for p in (Path(sys.base_prefix), Path(sys.prefix), REPO))
+        closed = dict.fromkeys(c for p in needed if (c := _untraversable_ancestor(p)) is not None)
+        args = [arg for folder in closed for arg in ("--tmpfs", str(folder))]
+        return args + [arg for path in needed for arg in ("--ro-bind", str(path), str(path))]
 
     def command(self, command: list[str], job: Path, uid: int) -> list[str]:
         drop = []
