@@ -77,7 +77,8 @@ def _feedback(args: argparse.Namespace) -> int:
     from grader.report import write_feedback
 
     folder, problems = write_feedback(Course(args.course), _students(args.course))
-    print(*problems, sep="\n")
+    for problem in problems:
+        print(problem)
     print("Feedback written to", folder)
     return 1 if problems else 0
 
@@ -117,7 +118,8 @@ def _demo(args: argparse.Namespace) -> int:
     print()
     print("Grades CSV:  ", write_csv(course, students, out / "grades.csv"))
     folder, problems = write_feedback(course, students)
-    print(*problems, sep="\n")
+    for problem in problems:
+        print(problem)
     print("Feedback:    ", folder)
     print("Gradebook:   ", course.root / "gradebook.db")
     return 0
