@@ -6,7 +6,10 @@ tested against PyTorch. The code is written to be read next to the formula: ever
 its intermediates ``mean``, ``var``, ``rstd`` (reciprocal standard deviation) and ``x_hat``.
 
 All means and variances come from one helper, :func:`_moments`, which never uses the
-cancellation-prone one-pass formula E[x²] − E[x]².
+cancellation-prone one-pass formula E[x²] − E[x]². The statistics and the normalization are
+computed in float64 and rounded once, to the input's dtype, at the end: the reference is the
+oracle student code is graded against, so it must be at least as accurate as what it judges
+(PyTorch's float32 kernels included, see bench/numerics.py).
 """
 
 import math
@@ -31,18 +34,21 @@ __all__ = [
 
 
 def _moments(x: Tensor, dims: tuple[int, ...]) -> tuple[Tensor, Tensor]:
-    """Mean and biased variance of ``x`` over ``dims`` (kept as size-1 dims), computed stably.
+    """Mean and biased variance of ``x`` over ``dims`` (kept as size-1 dims), in float64.
+
+    Float64 moments make every later step (``x - mean``, the product with ``rstd``, the
+    affine map) promote to float64 too, so a float32 input is rounded only once, at the end.
 
     Two passes: the mean first, then the mean of squared deviations from it. The one-pass
     formula E[x²] − E[x]² subtracts two nearly equal large numbers: in float32, with |mean| = 1e4
     and std = 1, it loses every digit of the variance and can even return a negative one.
 
     Between the passes the mean is refined once by the mean of the residuals ``x - mean``. A
-    float32 sum of many values near 1e4 is off by a few ulps, while ``x - mean`` is exact for
-    ``x`` close to ``mean`` (Sterbenz lemma), so the correction is itself accurate. This makes the
-    mean (almost always) the float32 value nearest the true mean, and the reference at least as
-    accurate on shifted data as PyTorch's float32 kernels for layer, group and instance norm.
+    sum of many values near 1e4 is off by a few ulps, while ``x - mean`` is exact for ``x``
+    close to ``mean`` (Sterbenz lemma), so the correction is itself accurate. It matters for
+    float64 input, whose sums have no wider type to run in.
     """
+    x = x.to(torch.float64)
     mean = x.mean(dim=dims, keepdim=True)
     mean = mean + (x - mean).mean(dim=dims, keepdim=True)
     var = (x - mean).square().mean(dim=dims, keepdim=True)
@@ -175,7 +181,7 @@ def layer_norm(
     mean, var = _moments(x, dims)
     rstd = torch.rsqrt(var + eps)
     x_hat = (x - mean) * rstd
-    return _affine(x_hat, weight, bias)
+    return _affine(x_hat, weight, bias).to(x.dtype)
 
 
 def batch_norm(
@@ -251,10 +257,11 @@ def batch_norm(
                 running_mean, running_var, mean.flatten(), var.flatten(), n, momentum
             )
     else:
-        mean, var = _per_channel(running_mean, x.dim()), _per_channel(running_var, x.dim())
+        mean = _per_channel(running_mean, x.dim()).to(torch.float64)
+        var = _per_channel(running_var, x.dim()).to(torch.float64)
     rstd = torch.rsqrt(var + eps)
     x_hat = (x - mean) * rstd
-    return _affine(x_hat, _per_channel(weight, x.dim()), _per_channel(bias, x.dim()))
+    return _affine(x_hat, _per_channel(weight, x.dim()), _per_channel(bias, x.dim())).to(x.dtype)
 
 
 def group_norm(
@@ -306,7 +313,7 @@ def group_norm(
     mean, var = _moments(grouped, dims=(2,))  # (N, G, 1)
     rstd = torch.rsqrt(var + eps)
     x_hat = ((grouped - mean) * rstd).reshape(x.shape)  # back to (N, C, *)
-    return _affine(x_hat, _per_channel(weight, x.dim()), _per_channel(bias, x.dim()))
+    return _affine(x_hat, _per_channel(weight, x.dim()), _per_channel(bias, x.dim())).to(x.dtype)
 
 
 def instance_norm(
@@ -370,7 +377,7 @@ def instance_norm(
         )
     rstd = torch.rsqrt(var + eps)
     x_hat = (x - mean) * rstd
-    return _affine(x_hat, _per_channel(weight, x.dim()), _per_channel(bias, x.dim()))
+    return _affine(x_hat, _per_channel(weight, x.dim()), _per_channel(bias, x.dim())).to(x.dtype)
 
 
 def rms_norm(
@@ -409,10 +416,10 @@ def rms_norm(
     dims = _normalized_dims(x, normalized_shape, weight, None)
     eps = torch.finfo(x.dtype).eps if eps is None else eps
     # The raw second moment, not a variance: there is no mean to subtract, so no _moments.
-    mean_square = x.square().mean(dim=dims, keepdim=True)
+    mean_square = x.to(torch.float64).square().mean(dim=dims, keepdim=True)  # as _moments
     rstd = torch.rsqrt(mean_square + eps)
     x_hat = x * rstd
-    return _affine(x_hat, weight, None)
+    return _affine(x_hat, weight, None).to(x.dtype)
 
 
 def layer_norm_backward(
@@ -474,8 +481,8 @@ def layer_norm_backward(
         g - g.mean(dim=dims, keepdim=True) - x_hat * (g * x_hat).mean(dim=dims, keepdim=True)
     )
     if weight is None:
-        return grad_x, None, None
+        return grad_x.to(x.dtype), None, None
     # sum_to_size undoes the broadcast of weight over the leading dims (there may be none).
     grad_weight = (grad_out * x_hat).sum_to_size(weight.shape)
-    grad_bias = grad_out.sum_to_size(weight.shape)
-    return grad_x, grad_weight, grad_bias
+    grad_bias = grad_out.to(torch.float64).sum_to_size(weight.shape)
+    return grad_x.to(x.dtype), grad_weight.to(weight.dtype), grad_bias.to(weight.dtype)
