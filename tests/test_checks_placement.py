@@ -10,13 +10,16 @@ untouched release fails in plain words.
 
 from __future__ import annotations
 
+import inspect
+import linecache
+
 import numpy as np
 import pytest
 from conftest import SEEDS, answer_from, solution_answers
 from torch import nn
 
 import norm_utils
-from grader.checks import placement, run
+from grader.checks import placement, run, source_of
 from grader.checks.core import StudentError, outputs_of, plan
 from grader.checks.placement import EXERCISES, SWITCH_OFF
 from grader.checks.probe import call, load_answer
@@ -174,6 +177,32 @@ def test_library_blocks_earn_zero_even_when_the_source_is_invisible(name, source
     answer = answer_from(source, name)
     verdict = run(BY_NAME[name], answer, hidden=True, seed=0, source=source if with_source else "")
     assert verdict.score == 0, verdict.render()
+
+
+def notebook_class(cell: str, name: str, filename: str) -> type:
+    """A class defined as IPython defines it: the cell's text in linecache, `__main__` module."""
+    linecache.cache[filename] = (len(cell), None, cell.splitlines(True), filename)
+    namespace = {"__name__": "__main__", "nn": nn, "F": nn.functional}
+    exec(compile(cell, filename, "exec"), namespace)
+    return namespace[name]
+
+
+def test_check_in_the_kernel_scans_a_notebook_class_through_its_cell():
+    """`inspect.getsource` fails for a class defined in a notebook; `source_of` reads the cell
+    its methods came from, so the kernel's `check` sees a hidden call as the autograder does."""
+    cell = SOLUTIONS["PostLNBlock"][1].replace(
+        "    def forward(self, x", '    shortcut = eval("None")\n\n    def forward(self, x', 1
+    )
+    assert "eval" in cell
+    block = notebook_class(cell, "PostLNBlock", "/tmp/ipykernel_0/4001.py")
+    with pytest.raises((OSError, TypeError)):
+        inspect.getsource(block)
+    assert source_of(block) == cell
+    verdict = run(BY_NAME["PostLNBlock"], block, hidden=True, seed=0, source=source_of(block))
+    assert verdict.score == 0 and "eval" in verdict.render()
+    honest = notebook_class(SOLUTIONS["PostLNBlock"][1], "PostLNBlock", "/tmp/ipykernel_0/4002.py")
+    verdict = run(BY_NAME["PostLNBlock"], honest, hidden=True, seed=0, source=source_of(honest))
+    assert verdict.score == BY_NAME["PostLNBlock"].points, verdict.render()
 
 
 def test_a_student_stack_of_library_blocks_is_allowed():
