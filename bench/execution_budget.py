@@ -155,19 +155,30 @@ def slowest_cells(runs: dict[str, list[Execution]], top: int) -> list[list[objec
     return [[a, c.index, f"`{c.label}`", c.role, f"{s:.2f}"] for s, a, c in medians[:top]]
 
 
+LOGS = REPO / "build" / "bench"
+
+
 def timed_make_test(
-    cwd: Path, env: dict[str, str] | None = None, reuse_venv: bool = False
+    cwd: Path, log: str, env: dict[str, str] | None = None, reuse_venv: bool = False
 ) -> tuple[float, int, str]:
-    """Wall time, exit code and pytest's summary line of `make test` in `cwd`. With `reuse_venv`
-    the venv's install step is skipped (`make -o`): in the shared checkout it would reinstall
-    into the .venv other people are testing with; the fresh clone measures installing."""
+    """Wall time, exit code and pytest's summary line of `make test` in `cwd`, its whole output
+    kept in build/bench/`log` (a scratch clone is gone afterwards), and on failure the first
+    failing tests. With `reuse_venv` the venv's install step is skipped (`make -o`): in the
+    shared checkout it would reinstall into the .venv other people are testing with; the fresh
+    clone measures installing."""
     command = ["make", "-o", ".venv/.installed-stamp", "test"] if reuse_venv else ["make", "test"]
     start = time.perf_counter()
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
+    LOGS.mkdir(parents=True, exist_ok=True)
+    (LOGS / log).write_text(done.stdout + done.stderr)
     lines = (done.stdout + done.stderr).strip().splitlines()
     summary = next((line for line in reversed(lines) if " in " in line and "=" in line), "")
-    return elapsed, done.returncode, summary.strip("= ") or (lines[-1] if lines else "")
+    summary = summary.strip("= ") or (lines[-1] if lines else "")
+    failed = [line.split(" - ")[0] for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    if failed:
+        summary += f"; first: {', '.join(failed[:3])} (all in build/bench/{log})"
+    return elapsed, done.returncode, summary
 
 
 def fresh_clone_make_test() -> tuple[float, int, str]:
@@ -175,18 +186,21 @@ def fresh_clone_make_test() -> tuple[float, int, str]:
     contributor waits for (venv creation and every install included). Only committed work is
     cloned, so colleagues' uncommitted changes are not measured."""
     with tempfile.TemporaryDirectory(prefix="fresh-clone-") as scratch:
+        # mkdtemp makes the folder private (mode 700); a clone made by hand is not, and the
+        # sandbox's unprivileged runner must read the course code (it refuses otherwise).
+        Path(scratch).chmod(0o755)
         start = time.perf_counter()
         subprocess.run(["git", "clone", "--quiet", str(REPO), scratch], check=True)
         env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
         env["PATH"] = os.pathsep.join(
             p for p in env.get("PATH", "").split(os.pathsep) if not p.startswith(str(REPO))
         )
-        _, code, summary = timed_make_test(Path(scratch), env)
+        _, code, summary = timed_make_test(Path(scratch), "fresh-clone.log", env)
         return time.perf_counter() - start, code, summary
 
 
 def _make_test_here() -> tuple[float, int, str]:
-    return timed_make_test(REPO, reuse_venv=True)
+    return timed_make_test(REPO, "make-test.log", reuse_venv=True)
 
 
 def _fresh() -> tuple[float, int, str]:

@@ -15,7 +15,9 @@ import os
 import queue
 import shutil
 import stat
+import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,6 +50,32 @@ class Sandbox:
         self.uids: queue.Queue[int] = queue.Queue()
         for i in range(slots):
             self.uids.put(FIRST_UID + i)
+        self._check_runner_starts()
+
+    def _check_runner_starts(self) -> None:
+        """Start Python in the sandbox once and import what the runner needs. If it cannot,
+        every student would get 0 for the grader's own fault: refuse, and say why."""
+        probe = [sys.executable, "-c", "import torch, norm_utils, grader.runner"]
+        with tempfile.TemporaryDirectory(prefix="grader-probe-") as job, self.slot() as uid:
+            env = {"PATH": os.environ.get("PATH", ""), "HOME": job, "PYTHONDONTWRITEBYTECODE": "1"}
+            done = subprocess.run(
+                self.command(probe, Path(job), uid), env=env, capture_output=True, text=True
+            )
+        if done.returncode == 0:
+            return
+        lines = done.stderr.strip().splitlines()
+        closed = [f"{p} (mode {p.stat().st_mode & 0o777:o})" for p in _closed_to_others()]
+        hint = (
+            f" The runner runs as an unprivileged user (uid {FIRST_UID} and up), who cannot read "
+            f"{', '.join(closed)}: make it readable by others (chmod o+rX), or grade with "
+            "--unsafe-no-sandbox on a machine you trust."
+            if closed
+            else " Grade with --unsafe-no-sandbox only on a machine you trust."
+        )
+        raise SandboxUnavailable(
+            "the sandboxed runner cannot start, so every student would score 0 "
+            f"({lines[-1] if lines else f'exit status {done.returncode}'}).{hint}"
+        )
 
     @contextmanager
     def slot(self) -> Iterator[int]:
@@ -62,7 +90,7 @@ class Sandbox:
         """What the runner needs, read-only, even where the private /tmp or a closed folder
         would hide it: the Python installation (pyenv may live under /root, mode 700), the
         virtualenv, and this course's code (a checkout may live under /tmp)."""
-        needed = dict.fromkeys(p.resolve() for p in (Path(sys.base_prefix), Path(sys.prefix), REPO))
+        needed = _needed()
         closed = dict.fromkeys(c for p in needed if (c := _untraversable_ancestor(p)) is not None)
         args = [arg for folder in closed for arg in ("--tmpfs", str(folder))]
         return args + [arg for path in needed for arg in ("--ro-bind", str(path), str(path))]
@@ -98,6 +126,20 @@ class Sandbox:
         bwrap += ["--bind", str(job), str(job), "--chdir", str(job)]
         # bubblewrap mounts as the caller; the uid is dropped inside, just before the runner.
         return [*bwrap, *drop, *command]
+
+
+def _needed() -> dict[Path, None]:
+    """The folders the runner reads: the Python installation, the virtualenv, the course code."""
+    return dict.fromkeys(p.resolve() for p in (Path(sys.base_prefix), Path(sys.prefix), REPO))
+
+
+def _closed_to_others(paths: Iterable[Path] | None = None) -> list[Path]:
+    """Those of `paths` (default: the folders the runner reads) that others may not list and
+    enter. A closed ancestor can be covered (see _python_visible); the folder itself cannot."""
+    wanted = stat.S_IROTH | stat.S_IXOTH
+    return [
+        p for p in (_needed() if paths is None else paths) if p.stat().st_mode & wanted != wanted
+    ]
 
 
 def _untraversable_ancestor(path: Path) -> Path | None:
