@@ -170,9 +170,10 @@ def timed_make_test(
     start = time.perf_counter()
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
+    output = done.stdout + done.stderr
     LOGS.mkdir(parents=True, exist_ok=True)
-    (LOGS / log).write_text(done.stdout + done.stderr)
-    lines = (done.stdout + done.stderr).strip().splitlines()
+    (LOGS / log).write_text(output)
+    lines = output.strip().splitlines()
     summary = next((line for line in reversed(lines) if " in " in line and "=" in line), "")
     summary = summary.strip("= ") or (lines[-1] if lines else "")
     failed = [line.split(" - ")[0] for line in lines if line.startswith(("FAILED ", "ERROR "))]
@@ -203,10 +204,6 @@ def _make_test_here() -> tuple[float, int, str]:
     return timed_make_test(REPO, "make-test.log", reuse_venv=True)
 
 
-def _fresh() -> tuple[float, int, str]:
-    return fresh_clone_make_test()
-
-
 def quiet_enough(max_load: float, patience: float, force: bool) -> bool:
     """Whether the 1-minute load is (or, within `patience` seconds, becomes) at most max_load."""
     return force or wait_for_quiet(max_load, patience, time.sleep) <= max_load
@@ -221,7 +218,12 @@ def long_runs(args: argparse.Namespace) -> list[list[object]]:
         "--make-test",
         _make_test_here,
     )
-    clone = ("fresh clone → passing `make test`", args.fresh_clone, "--fresh-clone", _fresh)
+    clone = (
+        "fresh clone → passing `make test`",
+        args.fresh_clone,
+        "--fresh-clone",
+        fresh_clone_make_test,
+    )
     wanted = [here, clone]
     for name, asked, flag, measure in wanted:
         command = f".venv/bin/python bench/execution_budget.py --runs 0 {flag}"

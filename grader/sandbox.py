@@ -57,9 +57,9 @@ class Sandbox:
         every student would get 0 for the grader's own fault: refuse, and say why."""
         probe = [sys.executable, "-c", "import torch, norm_utils, grader.runner"]
         with tempfile.TemporaryDirectory(prefix="grader-probe-") as job, self.slot() as uid:
-            env = {"PATH": os.environ.get("PATH", ""), "HOME": job, "PYTHONDONTWRITEBYTECODE": "1"}
+            command = self.command(probe, Path(job), uid)
             done = subprocess.run(
-                self.command(probe, Path(job), uid), env=env, capture_output=True, text=True
+                command, env=runner_env(Path(job)), capture_output=True, text=True
             )
         if done.returncode == 0:
             return
@@ -126,6 +126,19 @@ class Sandbox:
         bwrap += ["--bind", str(job), str(job), "--chdir", str(job)]
         # bubblewrap mounts as the caller; the uid is dropped inside, just before the runner.
         return [*bwrap, *drop, *command]
+
+
+def runner_env(job: Path) -> dict[str, str]:
+    """The whole environment the runner starts with, sandboxed or not: nothing else leaks in."""
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(job),
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "MPLBACKEND": "Agg",
+        "MPLCONFIGDIR": str(job),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
 
 
 def _needed() -> dict[Path, None]:

@@ -7,7 +7,6 @@ JSON record); the comparison with the reference and the score happen in this pro
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from grader.notebook import (
     setup_code,
     source_notebook,
 )
-from grader.sandbox import Sandbox
+from grader.sandbox import Sandbox, runner_env
 
 MAX_RECORD_BYTES = 1 << 20
 
@@ -101,15 +100,7 @@ def _read_outputs(job: Path, name: str, cases: int) -> tuple[list[Outputs], set[
 def run_job(job: Path, limits: Limits, sandbox: Sandbox | None, cases: int) -> None:
     """Start the runner on `job` (in the sandbox, if any) and wait, killing it if it overruns."""
     command = [sys.executable, "-m", "grader.runner", str(job)]
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "HOME": str(job),
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        "MPLBACKEND": "Agg",
-        "MPLCONFIGDIR": str(job),
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
+    env = runner_env(job)
     timeout = limits.wall_seconds * max(cases, 1) + 60
     if sandbox is None:
         subprocess.run(command, cwd=job, env=env, timeout=timeout, capture_output=True)
