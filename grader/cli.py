@@ -4,13 +4,16 @@ feedback, export, demo for instructors; check for students."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
-from grader.config import REPO
+from grader.config import EXERCISE_SECONDS, REPO
 
 DEFAULT_COURSE = Path("course")
+DEMO_TIMEOUT = 15.0  # seconds: the sample class's looping student waits this long per exercise
 SANDBOX_PROCESSES = 64  # per sandbox uid: processes and threads a student's code may hold
 
 
@@ -131,6 +134,47 @@ def _check(args: argparse.Namespace) -> int:
     return check_notebook(args.notebook)
 
 
+def _number(convert: Callable[[str], float], accepts: Callable[[float], bool], wording: str):
+    """An argparse type: `convert(text)` if it `accepts` the value, else "must be <wording>"."""
+
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not accepts(value):
+            raise argparse.ArgumentTypeError(f"must be {wording}, not {text!r}")
+        return value
+
+    return parse
+
+
+_seed = _number(int, lambda v: v >= 0, "a whole number, 0 or more")
+_jobs = _number(int, lambda v: v >= 1, "a whole number, 1 or more")
+_seconds = _number(float, lambda v: 0 < v < math.inf, "a number of seconds above 0")
+
+
+def _grading_options(timeout: float) -> argparse.ArgumentParser:
+    """The options of every command that grades; each command gets its own copy, so one
+    command's default never becomes another's (argparse shares a parent's option objects)."""
+    grading = argparse.ArgumentParser(add_help=False)
+    grading.add_argument(
+        "--jobs", type=_jobs, default=None, help="parallel jobs (default: one per core)"
+    )
+    grading.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=timeout,
+        help="seconds allowed per exercise (default: %(default)g)",
+    )
+    grading.add_argument(
+        "--unsafe-no-sandbox",
+        action="store_true",
+        help="run student code without bubblewrap (only for code you trust)",
+    )
+    return grading
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grader", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -146,22 +190,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--course",
         type=Path,
         default=DEFAULT_COURSE,
-        help="grading working dir (gradebook, results, feedback)",
-    )
-    grading = argparse.ArgumentParser(add_help=False)
-    grading.add_argument(
-        "--jobs", type=int, default=None, help="parallel jobs (default: one per core)"
-    )
-    grading.add_argument("--timeout", type=float, default=60, help="seconds allowed per exercise")
-    grading.add_argument(
-        "--unsafe-no-sandbox",
-        action="store_true",
-        help="run student code without bubblewrap (only for code you trust)",
+        help="grading working dir: gradebook, results, feedback (default: %(default)s)",
     )
 
     autograde = commands.add_parser(
         "autograde",
-        parents=[course, grading],
+        parents=[course, _grading_options(EXERCISE_SECONDS)],
         help="grade every student × notebook under SUBMISSIONS into nbgrader's gradebook",
         description="SUBMISSIONS holds <student>/<assignment>/<assignment>.ipynb. Re-running "
         "skips submissions already graded and unchanged; a broken notebook is reported for its "
@@ -169,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     autograde.add_argument("submissions", type=Path)
     autograde.add_argument(
-        "--seed", type=int, default=None, help="fix the hidden inputs (default: random)"
+        "--seed", type=_seed, default=None, help="fix the hidden inputs (default: random)"
     )
     autograde.set_defaults(run=_autograde)
 
@@ -177,16 +211,23 @@ def build_parser() -> argparse.ArgumentParser:
     feedback.set_defaults(run=_feedback)
 
     export = commands.add_parser("export", parents=[course], help="a grades CSV an LMS can import")
-    export.add_argument("--csv", type=Path, default=Path("grades.csv"))
+    export.add_argument(
+        "--csv", type=Path, default=Path("grades.csv"), help="where to write (default: %(default)s)"
+    )
     export.set_defaults(run=_export)
 
     demo = commands.add_parser(
         "demo",
-        parents=[grading],
+        parents=[_grading_options(DEMO_TIMEOUT)],
         help="grade the bundled sample class end to end and show the results",
     )
-    demo.add_argument("--out", type=Path, default=REPO / "build" / "demo")
-    demo.set_defaults(run=_demo, timeout=15)
+    demo.add_argument(
+        "--out",
+        type=Path,
+        default=REPO / "build" / "demo",
+        help="where the class, course, CSV and feedback go (default: %(default)s)",
+    )
+    demo.set_defaults(run=_demo)
 
     check = commands.add_parser(
         "check", help="run one notebook's visible checks and say, per exercise, what is wrong"

@@ -12,6 +12,9 @@ REPO = Path(__file__).resolve().parents[1]
 SOLUTIONS = REPO / "solutions"
 RELEASE = REPO / "notebooks"
 
+# Seconds of wall-clock time one exercise may run while graded (`grader autograde --timeout`).
+EXERCISE_SECONDS = 60.0
+
 # torch and matplotlib write warnings to stderr, and nbgrader zeroes a test cell with any stderr.
 WARNINGS_ON_STDERR = r"(?m)^.*(Warning|warn\(|UserWarning|DeprecationWarning|FutureWarning).*$"
 

@@ -19,6 +19,7 @@ import numpy as np
 from grader.checks import EXERCISES
 from grader.checks.core import Outputs, StudentError, Verdict, judge, plan
 from grader.checks.integrity import forbidden_uses, integrity_message
+from grader.config import EXERCISE_SECONDS
 from grader.notebook import (
     answer_source,
     exercises_of,
@@ -37,7 +38,7 @@ class Limits:
     cpu_seconds: int = 60
     file_mb: int = 64
     processes: int = 0  # 0: not limited (RLIMIT_NPROC only binds for the sandbox's own uid)
-    wall_seconds: float = 60
+    wall_seconds: float = EXERCISE_SECONDS
 
 
 @dataclass(frozen=True)
