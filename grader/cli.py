@@ -37,6 +37,10 @@ def _release(args: argparse.Namespace) -> int:
     return 0
 
 
+class UsageError(Exception):
+    """Bad input, found before anything is created: one line, exit status 2."""
+
+
 def _isolation(args: argparse.Namespace, course: Path, submissions: Path):
     """The sandbox and limits to grade with; refuses (exit 2) when bubblewrap is missing unless
     the instructor explicitly accepts running student code unsandboxed."""
@@ -52,15 +56,25 @@ def _isolation(args: argparse.Namespace, course: Path, submissions: Path):
     try:
         sandbox = Sandbox(secrets_of(course.resolve(), submissions.resolve()), slots)
     except SandboxUnavailable as error:
-        raise SystemExit(f"grader: {error}") from None
+        raise UsageError(str(error)) from None
     return sandbox, Limits(wall_seconds=args.timeout, processes=SANDBOX_PROCESSES)
 
 
 def _autograde(args: argparse.Namespace) -> int:
     from grader.autograde import Course, autograde
+    from grader.discovery import layout_problem
 
-    sandbox, limits = _isolation(args, args.course, args.submissions)
-    course = Course(args.course)
+    problem = layout_problem(args.submissions, args.course)
+    if problem:
+        raise UsageError(problem)
+    fresh = not args.course.exists()
+    course = Course(args.course)  # made before the sandbox, which can hide only what exists
+    try:
+        sandbox, limits = _isolation(args, course.root, args.submissions)
+    except UsageError:
+        if fresh:
+            course.root.rmdir()
+        raise
     outcomes = autograde(args.submissions, course, args.jobs, args.seed, limits, sandbox)
     skipped = sum(o.skipped for o in outcomes)
     for o in outcomes:
@@ -70,16 +84,33 @@ def _autograde(args: argparse.Namespace) -> int:
     return 0
 
 
+def _graded_course(root: Path):
+    """The course `grader autograde` made at `root`; anything else is refused, creating nothing."""
+    from grader.autograde import Course
+
+    gradebook = root / "gradebook.db"
+    if not gradebook.is_file() or gradebook.stat().st_size == 0:
+        raise UsageError(
+            f"{root} is not a graded course ({gradebook} is missing or empty): "
+            f"run `grader autograde SUBMISSIONS --course {root}` first"
+        )
+    return Course(root)
+
+
 def _students(course: Path) -> list[str]:
+    """Every student with a recorded result; ids nbgrader would read as patterns are left out."""
+    from grader.discovery import refusal
+
     results = course / "results"
-    return sorted(p.name for p in results.iterdir() if p.is_dir()) if results.is_dir() else []
+    found = [p.name for p in results.iterdir() if p.is_dir()] if results.is_dir() else []
+    return sorted(name for name in found if not refusal(name))
 
 
 def _feedback(args: argparse.Namespace) -> int:
-    from grader.autograde import Course
     from grader.report import write_feedback
 
-    folder, problems = write_feedback(Course(args.course), _students(args.course))
+    course = _graded_course(args.course)
+    folder, problems = write_feedback(course, _students(args.course))
     for problem in problems:
         print(problem)
     print("Feedback written to", folder)
@@ -87,10 +118,10 @@ def _feedback(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from grader.autograde import Course
     from grader.report import write_csv
 
-    print("Grades written to", write_csv(Course(args.course), _students(args.course), args.csv))
+    course = _graded_course(args.course)
+    print("Grades written to", write_csv(course, _students(args.course), args.csv))
     return 0
 
 
@@ -240,7 +271,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     warnings.filterwarnings("ignore", module="nbgrader")  # SQLAlchemy chatter from nbgrader's ORM
-    return args.run(args)
+    try:
+        return args.run(args)
+    except UsageError as error:
+        print(f"grader {args.command}: error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

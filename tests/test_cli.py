@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from grader.cli import DEFAULT_COURSE, DEMO_TIMEOUT, main
-from grader.config import REPO
+from grader.config import REPO, assignments
 from grader.submission import DEFAULT_LIMITS
 
 # (command with its required arguments, option's dest, default from its one source of truth)
@@ -84,3 +84,101 @@ def test_a_bad_option_value_is_one_error_line_and_exit_2(command, option, value,
     assert error.startswith(f"grader {command}: error: argument {option}: ")
     assert repr(value) in error
     assert list(tmp_path.iterdir()) == []
+
+
+ASSIGNMENT = assignments()[0]
+NOTEBOOK = f"{ASSIGNMENT}.ipynb"
+
+
+def make(root: Path, *files: str) -> Path:
+    """A folder holding `files` (paths relative to it; a trailing / makes a folder)."""
+    for name in files:
+        path = root / name
+        if name.endswith("/"):
+            path.mkdir(parents=True, exist_ok=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("{}")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def refused(argv: list[str], capsys) -> str:
+    """The one line a refused command prints; it must exit 2 and print nothing else."""
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    return err.strip()
+
+
+BAD_SUBMISSIONS = {
+    "does not exist": [],
+    "is not a folder": None,  # a file
+    "holds no student folder": ["ada/", "ben/notes.txt", ".ipynb_checkpoints/", "__MACOSX/"],
+    "holds notebooks directly": ["ada.ipynb", "ben.ipynb"],
+    "named after an assignment": [f"{ASSIGNMENT}/ada/{NOTEBOOK}", f"ben/{ASSIGNMENT}/{NOTEBOOK}"],
+    "SUB/submitted does: grade that folder": [f"submitted/ada/{ASSIGNMENT}/{NOTEBOOK}"],
+}
+
+
+@pytest.mark.parametrize(("problem", "files"), BAD_SUBMISSIONS.items())
+def test_a_submissions_folder_not_laid_out_as_expected_is_refused(problem, files, tmp_path, capsys):
+    submissions = tmp_path / "SUB"
+    if files is None:
+        submissions.write_text("")
+    elif files:
+        make(submissions, *files)
+    course = tmp_path / "course"
+    error = refused(["autograde", str(submissions), "--course", str(course)], capsys)
+    assert error.startswith("grader autograde: error: ")
+    assert problem.replace("SUB", str(submissions)) in error
+    assert not course.exists()
+
+
+def test_submissions_inside_the_course_are_refused_and_left_untouched(tmp_path, capsys):
+    """nbgrader's own layout, course/submitted/<student>/..., given as SUBMISSIONS: grading
+    would overwrite the students' files with the course's working copies."""
+    course = make(tmp_path / "course", f"submitted/ada/{ASSIGNMENT}/{NOTEBOOK}")
+    submissions = course / "submitted"
+    before = sorted(course.rglob("*"))
+    error = refused(["autograde", str(submissions), "--course", str(course)], capsys)
+    assert "must not contain one another" in error
+    assert sorted(course.rglob("*")) == before
+
+
+@pytest.mark.parametrize("command", ["feedback", "export"])
+@pytest.mark.parametrize("course", ["TYPO", "empty-folder", "empty-gradebook"])
+def test_feedback_and_export_refuse_a_folder_that_is_not_a_graded_course(
+    command, course, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    make(tmp_path / "empty-folder")
+    make(tmp_path / "empty-gradebook")
+    (tmp_path / "empty-gradebook" / "gradebook.db").touch()
+    before = sorted(tmp_path.rglob("*"))
+    error = refused([command, "--course", course], capsys)
+    assert f"{course} is not a graded course" in error
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_a_new_course_exists_before_the_sandbox_that_hides_it_is_built(
+    tmp_path, monkeypatch, capsys
+):
+    """The sandbox hides only folders that exist when it is built: a course made afterwards
+    would show its staged submissions and results to every student's code."""
+    import grader.sandbox
+
+    course, seen = tmp_path / "course", {}
+
+    class Unavailable:
+        def __init__(self, hidden, slots):
+            seen["course existed"] = course.is_dir()
+            raise grader.sandbox.SandboxUnavailable("bubblewrap is not installed")
+
+    monkeypatch.setattr(grader.sandbox, "Sandbox", Unavailable)
+    submissions = make(tmp_path / "SUB", f"ada/{ASSIGNMENT}/{NOTEBOOK}")
+    error = refused(["autograde", str(submissions), "--course", str(course)], capsys)
+    assert error == "grader autograde: error: bubblewrap is not installed"
+    assert seen == {"course existed": True}
+    assert not course.exists()  # refused: the new course is not left behind
