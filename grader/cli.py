@@ -76,12 +76,49 @@ def _autograde(args: argparse.Namespace) -> int:
             course.root.rmdir()
         raise
     outcomes = autograde(args.submissions, course, args.jobs, args.seed, limits, sandbox)
+    return _summary(outcomes, course)
+
+
+def _summary(outcomes: list, course) -> int:
+    """Print every student × notebook not graded in full, and the counts; returns the exit
+    status: 1 when any notebook was not graded and recorded."""
+    from grader.autograde import lost
+
+    not_recorded = [(o.task, o.problem) for o in outcomes if o.problem]
+    unjudged = [(o.task, why) for o in outcomes if not o.problem and (why := lost(o.task, course))]
+    _listing("Scored 0 as listed (the student's doing; their feedback says why):", unjudged)
+    _listing("NOT RECORDED (fix the cause, then run again; other grades are kept):", not_recorded)
     skipped = sum(o.skipped for o in outcomes)
-    for o in outcomes:
-        if o.problem:
-            print(f"{o.task.student}: {o.task.assignment} could not be recorded: {o.problem}")
-    print(f"{len(outcomes) - skipped} graded, {skipped} unchanged since the last run (skipped).")
-    return 0
+    graded = len(outcomes) - skipped - len(not_recorded)
+    print(
+        f"{graded} notebooks graded, {skipped} unchanged since the last run (skipped), "
+        f"{len(not_recorded)} not recorded."
+    )
+    return 1 if not_recorded else 0
+
+
+def _listing(title: str, items: list) -> None:
+    """`items` (task, reason) as one line per student and reason, naming the notebooks."""
+    from grader.config import assignments
+    from grader.discovery import refusal
+
+    notebooks: dict[tuple[str, str], list[str]] = {}
+    for task, reason in items:
+        notebooks.setdefault((task.student, reason), []).append(task.assignment)
+    if not notebooks:
+        return
+    rows = [
+        (
+            repr(student) if refusal(student) else student,  # whitespace and newlines shown
+            "every notebook" if names == assignments() else ", ".join(names),
+            reason,
+        )
+        for (student, reason), names in notebooks.items()
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(2)]
+    print(title)
+    for student, names, reason in rows:
+        print(f"  {student:<{widths[0]}}  {names:<{widths[1]}}  {reason}")
 
 
 def _graded_course(root: Path):
@@ -143,9 +180,8 @@ def _demo(args: argparse.Namespace) -> int:
     outcomes = autograde(submissions, course, args.jobs, None, limits, sandbox)
     print()
     print(format_table(course, students))
-    for o in outcomes:
-        if o.problem:
-            print(f"{o.task.student}: {o.task.assignment} could not be recorded: {o.problem}")
+    print()
+    status = _summary(outcomes, course)
     print()
     for student in students:
         print(f"  {student}: {PROFILES[student].description}")
@@ -156,7 +192,7 @@ def _demo(args: argparse.Namespace) -> int:
         print(problem)
     print("Feedback:    ", folder)
     print("Gradebook:   ", course.root / "gradebook.db")
-    return 0
+    return status
 
 
 def _check(args: argparse.Namespace) -> int:

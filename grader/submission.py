@@ -49,6 +49,7 @@ class ExerciseResult:
     score: float
     max_score: float
     feedback: str
+    cause: str = ""  # "missing", "crash" or "timeout": why no output of it could be judged
 
 
 DEFAULT_LIMITS = Limits()
@@ -133,6 +134,7 @@ def grade_notebooks(
     """One student's notebooks (path, assignment) graded by one runner, which pays Python's and
     torch's start-up once; each exercise still runs in its own forked, limited process."""
     verdicts: dict[str, Verdict] = {}
+    causes: dict[str, str] = {}
     names_by_notebook, plans, answers, specs = [], {}, {}, []
     for path, assignment in notebooks:
         source = source_notebook(assignment)
@@ -144,6 +146,7 @@ def grade_notebooks(
         except ValueError as error:
             reason = StudentError("missing", f"Not graded: {error}.")
             verdicts.update({n: _verdict_for_all(n, reason, plans[n]) for n in names})
+            causes.update(dict.fromkeys(names, reason.kind))
             continue
         for name in names:
             answers[name] = answer_source(notebook, name)
@@ -151,6 +154,7 @@ def grade_notebooks(
                 missing = f"No answer cell defines `{name}` (was it renamed or deleted?)."
                 reason = StudentError("missing", missing)
                 verdicts[name] = _verdict_for_all(name, reason, plans[name])
+                causes[name] = reason.kind
                 continue
             specs.append(
                 {
@@ -168,7 +172,14 @@ def grade_notebooks(
             static = forbidden_uses(answers[name], EXERCISES[name])
             integrity = integrity_message(EXERCISES[name], static, calls)
             verdicts[name] = judge(EXERCISES[name], plans[name], outputs, integrity)
-    return [[_result(verdicts[n]) for n in names] for names in names_by_notebook]
+            causes[name] = _cause(outputs)
+    return [[_result(verdicts[n], causes[n]) for n in names] for names in names_by_notebook]
+
+
+def _cause(outputs: list[Outputs]) -> str:
+    """The runner's reason when no output of an exercise could be judged (crash, timeout)."""
+    kinds = {o.kind if isinstance(o, StudentError) else "" for o in outputs}
+    return kinds.pop() if len(kinds) == 1 and kinds <= {"crash", "timeout"} else ""
 
 
 def _run_all(job: Path, specs: list[dict], limits: Limits, sandbox: Sandbox | None):
@@ -192,5 +203,7 @@ def _run_all(job: Path, specs: list[dict], limits: Limits, sandbox: Sandbox | No
         remaining = [s for s in remaining if s not in started]
 
 
-def _result(verdict: Verdict) -> ExerciseResult:
-    return ExerciseResult(verdict.exercise.name, verdict.score, verdict.max_score, verdict.render())
+def _result(verdict: Verdict, cause: str) -> ExerciseResult:
+    return ExerciseResult(
+        verdict.exercise.name, verdict.score, verdict.max_score, verdict.render(), cause
+    )

@@ -3,12 +3,19 @@ runs, and every autograde run ending with what was not graded in full."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import itertools
+import shutil
 from pathlib import Path
 
 import pytest
+from nbgrader.api import Gradebook
 
+from grader.autograde import discover, refused
 from grader.cli import DEFAULT_COURSE, DEMO_TIMEOUT, main
 from grader.config import REPO, assignments
+from grader.demo import PROFILES, expected_scores, write_class
 from grader.submission import DEFAULT_LIMITS
 
 # (command with its required arguments, option's dest, default from its one source of truth)
@@ -103,7 +110,7 @@ def make(root: Path, *files: str) -> Path:
     return root
 
 
-def refused(argv: list[str], capsys) -> str:
+def refusal_line(argv: list[str], capsys) -> str:
     """The one line a refused command prints; it must exit 2 and print nothing else."""
     assert main(argv) == 2
     out, err = capsys.readouterr()
@@ -130,7 +137,7 @@ def test_a_submissions_folder_not_laid_out_as_expected_is_refused(problem, files
     elif files:
         make(submissions, *files)
     course = tmp_path / "course"
-    error = refused(["autograde", str(submissions), "--course", str(course)], capsys)
+    error = refusal_line(["autograde", str(submissions), "--course", str(course)], capsys)
     assert error.startswith("grader autograde: error: ")
     assert problem.replace("SUB", str(submissions)) in error
     assert not course.exists()
@@ -142,7 +149,7 @@ def test_submissions_inside_the_course_are_refused_and_left_untouched(tmp_path, 
     course = make(tmp_path / "course", f"submitted/ada/{ASSIGNMENT}/{NOTEBOOK}")
     submissions = course / "submitted"
     before = sorted(course.rglob("*"))
-    error = refused(["autograde", str(submissions), "--course", str(course)], capsys)
+    error = refusal_line(["autograde", str(submissions), "--course", str(course)], capsys)
     assert "must not contain one another" in error
     assert sorted(course.rglob("*")) == before
 
@@ -157,7 +164,7 @@ def test_feedback_and_export_refuse_a_folder_that_is_not_a_graded_course(
     make(tmp_path / "empty-gradebook")
     (tmp_path / "empty-gradebook" / "gradebook.db").touch()
     before = sorted(tmp_path.rglob("*"))
-    error = refused([command, "--course", course], capsys)
+    error = refusal_line([command, "--course", course], capsys)
     assert f"{course} is not a graded course" in error
     assert sorted(tmp_path.rglob("*")) == before
 
@@ -178,7 +185,99 @@ def test_a_new_course_exists_before_the_sandbox_that_hides_it_is_built(
 
     monkeypatch.setattr(grader.sandbox, "Sandbox", Unavailable)
     submissions = make(tmp_path / "SUB", f"ada/{ASSIGNMENT}/{NOTEBOOK}")
-    error = refused(["autograde", str(submissions), "--course", str(course)], capsys)
+    error = refusal_line(["autograde", str(submissions), "--course", str(course)], capsys)
     assert error == "grader autograde: error: bubblewrap is not installed"
     assert seen == {"course existed": True}
     assert not course.exists()  # refused: the new course is not left behind
+
+
+LITTER = [".ipynb_checkpoints", "__MACOSX", ".git"]
+UNSTORABLE = ["*", "[ab]", "bob ", " bob", "a\nb", "tab\tbed", "back\\slash"]
+
+
+def test_discovery_skips_tool_litter_and_refuses_ids_nbgrader_cannot_store(tmp_path, monkeypatch):
+    submissions = make(tmp_path / "SUB", "notes.txt", *(f"{n}/" for n in ["ada", *LITTER]))
+    for name in UNSTORABLE:
+        (submissions / name).mkdir()
+    monkeypatch.chdir(tmp_path)
+    tasks = discover(Path("SUB"))
+    assert {t.student for t in tasks} == {"ada"}
+    # nbgrader changes the working directory while it records: paths must not depend on it
+    assert all(t.submission.is_absolute() for t in tasks)
+    outcomes = refused(Path("SUB"))
+    assert {o.task.student for o in outcomes} == set(UNSTORABLE)
+    assert all(o.problem.startswith("not graded: the folder name has ") for o in outcomes)
+
+
+# A small class through `grader autograde`, from relative paths as an instructor types them:
+# a correct student, one of each way to lose a notebook unjudged, two ids nbgrader cannot store,
+# tool litter, and a notebook whose recording fails (nbgrader reports an error).
+CLASS = ["ada", "cyd", "dee", "fay", "gus"]
+NOT_STORED = ["*", "bob "]  # copies of ada's work: "*" would match every student as a glob
+UNRECORDABLE = ("fay", assignments()[1])
+
+
+@pytest.fixture(scope="module")
+def class_run(tmp_path_factory):
+    from nbgrader.apps import NbGraderAPI
+
+    root = tmp_path_factory.mktemp("cli-class")
+    write_class(root / "SUB", {s: PROFILES[s] for s in CLASS})
+    for name in [*NOT_STORED, *LITTER]:
+        shutil.copytree(root / "SUB" / "ada", root / "SUB" / name)
+    record = NbGraderAPI.autograde
+
+    def disk_full(api, assignment, student, **options):
+        if (student, assignment) == UNRECORDABLE:
+            return {"success": False, "error": "OSError: [Errno 28] No space left on device"}
+        return record(api, assignment, student, **options)
+
+    argv = ["autograde", "SUB", "--course", "course", "--jobs", "2", "--timeout", "1"]
+    argv += ["--seed", "1", "--unsafe-no-sandbox"]  # the sample class is the course's own code
+    capture = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(capture):
+        patch.chdir(root)
+        patch.setattr(NbGraderAPI, "autograde", disk_full)
+        status = main(argv)
+    return root / "course", status, capture.getvalue()
+
+
+def listed(output: str, title: str) -> dict[tuple[str, str], str]:
+    """The summary section starting with `title`: (student, notebooks) -> reason."""
+    lines = output.split(title, 1)[1].splitlines()[1:] if title in output else []
+    section = itertools.takewhile(lambda line: line.startswith("  "), lines)
+    return {tuple(line.split(None, 2)[:2]): line.split(None, 2)[2] for line in section}
+
+
+def test_the_run_lists_each_notebook_that_lost_its_points_unjudged(class_run):
+    _, _, output = class_run
+    unjudged = listed(output, "Scored 0 as listed")
+    assert unjudged.pop(("cyd", "every")) == "notebook  missing"
+    assert unjudged.pop(("dee", "every")) == "notebook  unreadable (not a notebook)"
+    for assignment in assignments():
+        assert unjudged.pop(("gus", assignment)).startswith("timed out: ")
+        if ("fay", assignment) != UNRECORDABLE:
+            assert unjudged.pop(("fay", assignment)).startswith("crashed: ")
+    assert unjudged == {}  # ada, the litter and the refused ids are not here
+
+
+def test_what_was_not_recorded_is_listed_and_the_exit_status_is_1(class_run):
+    _, status, output = class_run
+    assert status == 1
+    not_recorded = listed(output, "NOT RECORDED")
+    assert "No space left on device" in not_recorded.pop(UNRECORDABLE)
+    assert "pattern characters" in not_recorded.pop(("'*'", "every"))
+    assert "whitespace" in not_recorded.pop(("'bob", "'"))
+    assert not_recorded == {}
+    counts = f"{len(CLASS) * len(assignments()) - 1} notebooks graded, 0 unchanged"
+    assert counts in output.splitlines()[-1]
+
+
+def test_only_the_class_is_recorded_not_litter_nor_unstorable_ids(class_run):
+    course, _, _ = class_run
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        assert sorted(s.id for s in gradebook.students) == CLASS
+        ada = {a: gradebook.find_submission(a, "ada").score for a in assignments()}
+    expected = expected_scores()
+    assert ada == {a: sum(expected[("ada", a)].values()) for a in assignments()}
+    assert sorted(p.name for p in (course / "results").iterdir()) == CLASS
