@@ -91,7 +91,7 @@ def _summary(outcomes: list, course) -> int:
     skipped = sum(o.skipped for o in outcomes)
     graded = len(outcomes) - skipped - len(not_recorded)
     print(
-        f"{graded} notebooks graded, {skipped} unchanged since the last run (skipped), "
+        f"Notebooks: {graded} graded, {skipped} unchanged since the last run (skipped), "
         f"{len(not_recorded)} not recorded."
     )
     return 1 if not_recorded else 0

@@ -7,6 +7,8 @@ import contextlib
 import io
 import itertools
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from grader.autograde import discover, refused
 from grader.cli import DEFAULT_COURSE, DEMO_TIMEOUT, main
 from grader.config import REPO, assignments
 from grader.demo import PROFILES, expected_scores, write_class
+from grader.notebook import exercises_of, source_notebook
 from grader.submission import DEFAULT_LIMITS
 
 # (command with its required arguments, option's dest, default from its one source of truth)
@@ -232,14 +235,21 @@ def class_run(tmp_path_factory):
             return {"success": False, "error": "OSError: [Errno 28] No space left on device"}
         return record(api, assignment, student, **options)
 
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(NbGraderAPI, "autograde", disk_full)
+        status, output = autograde_class(root)
+    return root, status, output
+
+
+def autograde_class(root: Path) -> tuple[int, str]:
+    """`grader autograde SUB --course course` run in `root`: its exit status and output."""
     argv = ["autograde", "SUB", "--course", "course", "--jobs", "2", "--timeout", "1"]
     argv += ["--seed", "1", "--unsafe-no-sandbox"]  # the sample class is the course's own code
     capture = io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(capture):
         patch.chdir(root)
-        patch.setattr(NbGraderAPI, "autograde", disk_full)
         status = main(argv)
-    return root / "course", status, capture.getvalue()
+    return status, capture.getvalue()
 
 
 def listed(output: str, title: str) -> dict[tuple[str, str], str]:
@@ -269,15 +279,44 @@ def test_what_was_not_recorded_is_listed_and_the_exit_status_is_1(class_run):
     assert "pattern characters" in not_recorded.pop(("'*'", "every"))
     assert "whitespace" in not_recorded.pop(("'bob", "'"))
     assert not_recorded == {}
-    counts = f"{len(CLASS) * len(assignments()) - 1} notebooks graded, 0 unchanged"
+    counts = f"Notebooks: {len(CLASS) * len(assignments()) - 1} graded, 0 unchanged"
     assert counts in output.splitlines()[-1]
 
 
 def test_only_the_class_is_recorded_not_litter_nor_unstorable_ids(class_run):
-    course, _, _ = class_run
+    course = class_run[0] / "course"
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
         assert sorted(s.id for s in gradebook.students) == CLASS
         ada = {a: gradebook.find_submission(a, "ada").score for a in assignments()}
     expected = expected_scores()
     assert ada == {a: sum(expected[("ada", a)].values()) for a in assignments()}
     assert sorted(p.name for p in (course / "results").iterdir()) == CLASS
+
+
+def test_the_command_exits_2_with_one_line_and_no_traceback(tmp_path):
+    """As a shell sees it: the exit status and the only line printed."""
+    done = subprocess.run(
+        [sys.executable, "-m", "grader", "autograde", "NO_SUCH_DIR"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "grader autograde: error: NO_SUCH_DIR does not exist "
+        "(expected NO_SUCH_DIR/<student>/<assignment>/<assignment>.ipynb)"
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_rerun_records_what_was_not_and_lists_the_rest_again(class_run):
+    root, _, first = class_run
+    status, output = autograde_class(root)
+    assert status == 1  # the two folder names are still refused
+    assert listed(output, "NOT RECORDED").keys() == {("'*'", "every"), ("'bob", "'")}
+    unjudged = listed(first, "Scored 0 as listed")
+    first_exercise = exercises_of(source_notebook(UNRECORDABLE[1]))[0]
+    now_recorded = {UNRECORDABLE: f"crashed: {first_exercise}"}
+    assert listed(output, "Scored 0 as listed") == unjudged | now_recorded
+    assert output.splitlines()[-1].startswith("Notebooks: 1 graded, ")
