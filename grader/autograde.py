@@ -126,15 +126,16 @@ def lost(task: Task, course: Course) -> str:
     """Why a recorded notebook lost points without its answers being judged, in a few words
     ('' when every answer was judged): missing, unreadable, or which exercises crashed, timed
     out or have no answer cell. The student's doing: graded 0 there, and the feedback says why."""
-    try:
-        read_notebook(task.submission)
-    except ValueError:
-        return "missing" if not task.submission.is_file() else "unreadable (not a notebook)"
     stored = json.loads(results_path(course.results, task.student, task.assignment).read_text())
     by_cause: dict[str, list[str]] = {}
     for exercise in stored["exercises"]:
         if exercise.get("cause"):
             by_cause.setdefault(exercise["cause"], []).append(exercise["name"])
+    if list(by_cause) == ["missing"] and len(by_cause["missing"]) == len(stored["exercises"]):
+        try:  # no answer at all: is there a notebook?
+            read_notebook(task.submission)
+        except ValueError:
+            return "missing" if not task.submission.is_file() else "unreadable (not a notebook)"
     return "; ".join(f"{UNJUDGED[c]}: {', '.join(names)}" for c, names in by_cause.items())
 
 

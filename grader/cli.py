@@ -196,8 +196,13 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from grader.notebook import read_notebook
     from grader.student import check_notebook
 
+    try:
+        read_notebook(args.notebook)
+    except ValueError as error:
+        raise UsageError(f"cannot check {args.notebook}: {error}") from None
     return check_notebook(args.notebook)
 
 

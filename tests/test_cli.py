@@ -194,6 +194,16 @@ def test_a_new_course_exists_before_the_sandbox_that_hides_it_is_built(
     assert not course.exists()  # refused: the new course is not left behind
 
 
+@pytest.mark.parametrize(("content", "problem"), [(None, "is missing"), ("{", "is not a readable")])
+def test_check_refuses_a_notebook_it_cannot_read(content, problem, tmp_path, capsys):
+    notebook = tmp_path / ASSIGNMENT / NOTEBOOK
+    if content is not None:
+        make(tmp_path, f"{ASSIGNMENT}/{NOTEBOOK}")
+        notebook.write_text(content)
+    error = refusal_line(["check", str(notebook)], capsys)
+    assert error.startswith(f"grader check: error: cannot check {notebook}: {NOTEBOOK} {problem}")
+
+
 LITTER = [".ipynb_checkpoints", "__MACOSX", ".git"]
 UNSTORABLE = ["*", "[ab]", "bob ", " bob", "a\nb", "tab\tbed", "back\\slash"]
 
