@@ -54,6 +54,11 @@ def layout_problem(submissions: Path, course: Path) -> str:
         what = "is not a folder" if submissions.exists() else "does not exist"
         return f"{submissions} {what} ({expected})"
     inner, outer = submissions.resolve(), course.resolve()
+    if any(c in PATTERN_CHARACTERS for c in str(outer)):
+        return (
+            f"the course folder {outer} has pattern characters ({PATTERN_CHARACTERS}), which "
+            "nbgrader matches as a glob: give another --course"
+        )
     if inner.is_relative_to(outer) or outer.is_relative_to(inner):
         return (
             f"{submissions} and the course folder {course} must not contain one another "

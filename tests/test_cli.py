@@ -146,6 +146,14 @@ def test_a_submissions_folder_not_laid_out_as_expected_is_refused(problem, files
     assert not course.exists()
 
 
+def test_a_course_folder_nbgrader_would_read_as_a_pattern_is_refused(tmp_path, capsys):
+    submissions = make(tmp_path / "SUB", f"ada/{ASSIGNMENT}/{NOTEBOOK}")
+    course = tmp_path / "course[2024]"
+    error = refusal_line(["autograde", str(submissions), "--course", str(course)], capsys)
+    assert "has pattern characters" in error
+    assert not course.exists()
+
+
 def test_submissions_inside_the_course_are_refused_and_left_untouched(tmp_path, capsys):
     """nbgrader's own layout, course/submitted/<student>/..., given as SUBMISSIONS: grading
     would overwrite the students' files with the course's working copies."""
