@@ -11,7 +11,6 @@ Each concurrently running sandbox gets its own uid, so a per-uid limit such as R
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import queue
 import shutil
@@ -25,8 +24,6 @@ from pathlib import Path
 
 from grader.config import REPO, course_source
 
-# What the runner imports; each may be installed anywhere (a checkout, a venv, a --target folder).
-RUNNER_PACKAGES = ("grader", "norm_utils", "torch", "numpy")
 FIRST_UID = 61000  # unused by the system; no passwd entry is needed
 TMP_BYTES = 256 << 20
 
@@ -145,10 +142,8 @@ def runner_env(job: Path) -> dict[str, str]:
 
 
 def _needed() -> dict[Path, None]:
-    """The folders the runner reads: the Python installation, the virtualenv, and the folder
-    each package it imports was found in (never the course source: that is hidden)."""
-    homes = [Path(importlib.util.find_spec(name).origin).parents[1] for name in RUNNER_PACKAGES]
-    return dict.fromkeys(p.resolve() for p in (Path(sys.base_prefix), Path(sys.prefix), *homes))
+    """The folders the runner reads: the Python installation, the virtualenv, the course code."""
+    return dict.fromkeys(p.resolve() for p in (Path(sys.base_prefix), Path(sys.prefix), REPO))
 
 
 def _closed_to_others(paths: Iterable[Path] | None = None) -> list[Path]:
