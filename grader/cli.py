@@ -15,6 +15,7 @@ SANDBOX_PROCESSES = 64  # per sandbox uid: processes and threads a student's cod
 
 
 def _release(args: argparse.Namespace) -> int:
+    _use_source(args)  # an installed grader has no solutions/ to release from
     from grader.release import generate, stale_files
 
     if args.check:
@@ -35,12 +36,12 @@ def _release(args: argparse.Namespace) -> int:
 
 
 def _use_source(args: argparse.Namespace) -> None:
-    """Grade against --source (default: the checkout's solutions/); one line, exit 2, and nothing
+    """Work from --source (default: the checkout's solutions/); one line, exit 2, and nothing
     created when it does not hold this course's source notebooks."""
     from grader.config import MissingSource, use_source
 
     try:
-        use_source(args.source)
+        use_source(getattr(args, "source", None))
     except MissingSource as error:
         print(f"grader {args.command}: {error}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -48,8 +48,8 @@ def use_source(folder: Path | None) -> Path:
     global _source
     if folder is None and not _source.is_dir():
         raise MissingSource(
-            "this installation holds no course source (the solution notebooks): "
-            "name their folder with --source PATH (solutions/ in a checkout of the course)"
+            "this installation holds no course source (the solution notebooks): run from a "
+            "checkout of the course, or name its solutions/ folder with --source PATH"
         )
     folder = (folder or _source).expanduser().resolve()
     lacking = [f"{a}/{a}.ipynb" for a in assignments() if not (folder / a / f"{a}.ipynb").is_file()]

@@ -158,9 +158,12 @@ def test_autograde_grades_a_class_from_outside_the_checkout(installed):
     assert expected["ada"] > 0
 
 
-def test_autograde_without_a_course_source_says_how_to_name_it(installed):
-    (installed.cwd / "empty").mkdir(exist_ok=True)
-    done = installed.grader("autograde", "empty", "--course", "nowhere")
+@pytest.mark.parametrize("command", [["autograde", ".", "--course", "nowhere"], ["release"]])
+def test_a_command_needing_the_course_source_says_how_to_name_it(installed, command):
+    before = sorted(p for p in installed.packages.rglob("*") if "__pycache__" not in p.parts)
+    done = installed.grader(*command)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "--source PATH" in done.stderr, done.stderr
     assert not (installed.cwd / "nowhere").exists()
+    after = sorted(p for p in installed.packages.rglob("*") if "__pycache__" not in p.parts)
+    assert after == before
