@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
@@ -162,3 +164,27 @@ def test_feedback_never_shows_hidden_inputs_or_reference_outputs(name):
         text = judge(exercise, planned, outputs).render()
         assert not {s for s in secrets if s in text}, text
         assert "def " not in text and "BEGIN" not in text
+
+
+VARIANTS = sorted(
+    {
+        (e.name, m.impl.func)
+        for e in EXERCISES.values()
+        for m in e.mistakes
+        if isinstance(m.impl, partial)
+    },
+    key=lambda v: (v[0], v[1].__name__),
+)
+
+
+@pytest.mark.parametrize(("name", "variant"), VARIANTS, ids=lambda v: getattr(v, "__name__", v))
+def test_a_mistake_variant_with_every_switch_off_is_the_reference(name, variant):
+    """Each known mistake is one switch of a shared variant: with none set, it must be right,
+    or a diagnosis could match an answer for a difference the mistake does not make."""
+    exercise = EXERCISES[name]
+    verdict = judge(
+        exercise,
+        planned := plan(exercise, hidden=True, seed=0),
+        [outputs_of(exercise, variant, inputs) for _, inputs in planned],
+    )
+    assert verdict.passed, verdict.render()
