@@ -1,16 +1,19 @@
 """Every command in README.md's code blocks, checked against what it names or run as written.
 
-Run exactly as written: `make test` by CI (.ci/run); here, each `grader ... --help` and the
-student's `grader check` on the untouched release. Checked, not run (they need a class, rewrite
-notebooks/, or download): the other instructor commands parse with grader's own parser and their
-`--help` works (tests/test_grading.py and tests/test_packaging.py grade a class with them);
-`make` commands name the Makefile's targets and variables (`make demo`'s grading is what the
-grading tests cover); the conda route names environment.yml and its environment, and its `pytest`
-is the suite `make test` runs; the CPU index given to `make` is the one environment.yml uses.
+Run exactly as written: `make test` by CI (.ci/run); here, each `grader ... --help`, the
+student's `grader check` on the untouched release, and the instructor's autograde, feedback and
+export, in order, in a folder holding a one-student SUBMISSIONS class. Checked, not run: `grader
+release` (it rewrites notebooks/; tests/test_release.py compares a fresh generation with it),
+`grader release --check` and `grader demo` (tests/test_release.py and tests/test_grading.py run
+what they run) parse with grader's own parser; `make` commands name the Makefile's targets and
+variables; the conda route names environment.yml and its environment, and its `pytest` is the
+suite `make test` runs; the CPU index given to `make` (not reachable here) is the one
+environment.yml uses.
 """
 
 from __future__ import annotations
 
+import csv
 import re
 import shlex
 import subprocess
@@ -18,7 +21,9 @@ import subprocess
 import pytest
 
 from grader.cli import build_parser
-from grader.config import REPO
+from grader.config import REPO, assignments
+from grader.demo import PROFILES, expected_scores, write_class
+from grader.sandbox import available
 
 GRADER = ".venv/bin/grader"
 CHECKED = {"make", "conda", "pytest", GRADER}
@@ -36,6 +41,8 @@ def readme_commands() -> list[list[str]]:
 COMMANDS = readme_commands()
 GRADER_COMMANDS = [argv for argv in COMMANDS if argv[0] == GRADER]
 RUN_HERE = [argv for argv in GRADER_COMMANDS if "--help" in argv or argv[1] == "check"]
+INSTRUCTOR = [argv for argv in GRADER_COMMANDS if argv[1] in ("autograde", "feedback", "export")]
+NO_VENV = pytest.mark.skipif(not (REPO / GRADER).is_file(), reason=f"no {GRADER}: not make's")
 
 
 def _of(program: str) -> list[list[str]]:
@@ -44,7 +51,8 @@ def _of(program: str) -> list[list[str]]:
 
 def test_every_readme_command_is_one_this_file_checks():
     assert {argv[0] for argv in COMMANDS} <= CHECKED
-    assert len(GRADER_COMMANDS) > len(RUN_HERE) > 0
+    assert len(GRADER_COMMANDS) > len(RUN_HERE) + len(INSTRUCTOR)
+    assert [argv[1] for argv in INSTRUCTOR] == ["autograde", "feedback", "export"]
 
 
 def test_ci_runs_make_test_as_written():
@@ -88,7 +96,7 @@ def test_each_grader_command_parses_and_has_help(argv, capsys):
     assert capsys.readouterr().out.startswith(f"usage: grader {' '.join(words[:1])}".rstrip())
 
 
-@pytest.mark.skipif(not (REPO / GRADER).is_file(), reason=f"no {GRADER}: not the make route")
+@NO_VENV
 @pytest.mark.parametrize("argv", RUN_HERE, ids=" ".join)
 def test_readme_command_runs_as_written(argv):
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
@@ -96,3 +104,19 @@ def test_readme_command_runs_as_written(argv):
         assert done.returncode == 0 and done.stdout.startswith("usage: grader"), done.stderr
     else:  # the untouched release: every exercise still to do
         assert done.returncode == 1 and "Still to fix:" in done.stdout, done.stdout + done.stderr
+
+
+@NO_VENV
+@pytest.mark.skipif(not available(), reason="bubblewrap is not installed: autograde refuses")
+def test_the_instructor_commands_run_as_written_in_order(tmp_path):
+    (tmp_path / ".venv").symlink_to(REPO / ".venv")
+    write_class(tmp_path / "SUBMISSIONS", {"ada": PROFILES["ada"]})
+    for argv in INSTRUCTOR:
+        done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, (argv, done.stdout, done.stderr)
+    assert len(list((tmp_path / "course" / "feedback").rglob("*.html"))) == len(assignments())
+    (ada,) = csv.DictReader((tmp_path / "grades.csv").open())
+    full = sum(
+        sum(scores.values()) for scores in expected_scores({"ada": PROFILES["ada"]}).values()
+    )
+    assert float(ada["total"]) == full > 0
