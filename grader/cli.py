@@ -18,6 +18,7 @@ SANDBOX_PROCESSES = 64  # per sandbox uid: processes and threads a student's cod
 
 
 def _release(args: argparse.Namespace) -> int:
+    _use_source(args)  # an installed grader has no solutions/ to release from
     from grader.release import generate, stale_files
 
     if args.check:
@@ -39,6 +40,17 @@ def _release(args: argparse.Namespace) -> int:
 
 class UsageError(Exception):
     """Bad input, found before anything is created: one line, exit status 2."""
+
+
+def _use_source(args: argparse.Namespace) -> None:
+    """Work from --source (default: the checkout's solutions/); refused (UsageError) when it
+    does not hold this course's source notebooks."""
+    from grader.config import MissingSource, use_source
+
+    try:
+        use_source(getattr(args, "source", None))
+    except MissingSource as error:
+        raise UsageError(str(error)) from None
 
 
 def _isolation(args: argparse.Namespace, course: Path, submissions: Path):
@@ -64,6 +76,7 @@ def _autograde(args: argparse.Namespace) -> int:
     from grader.autograde import Course, autograde
     from grader.discovery import layout_problem
 
+    _use_source(args)
     problem = layout_problem(args.submissions, args.course)
     if problem:
         raise UsageError(problem)
@@ -168,6 +181,7 @@ def _demo(args: argparse.Namespace) -> int:
     from grader.report import format_table, write_csv, write_feedback
     from grader.sandbox import available as sandbox_available
 
+    _use_source(args)
     out = args.out.resolve()
     submissions = write_class(out / "submissions")
     course = Course(out / "course")
@@ -243,6 +257,15 @@ def _grading_options(timeout: float) -> argparse.ArgumentParser:
         "--unsafe-no-sandbox",
         action="store_true",
         help="run student code without bubblewrap (only for code you trust)",
+    )
+    grading.add_argument(
+        "--source",
+        type=Path,
+        metavar="PATH",
+        default=None,
+        help="the course's source notebooks, <assignment>/<assignment>.ipynb with solutions and "
+        "hidden tests (default: solutions/ of the checkout this grader runs from; an installed "
+        "grader holds none)",
     )
     return grading
 

@@ -28,6 +28,7 @@ DEFAULTS = [
     (["autograde", "SUB"], "jobs", None),
     (["autograde", "SUB"], "seed", None),
     (["autograde", "SUB"], "unsafe_no_sandbox", False),
+    (["autograde", "SUB"], "source", None),
     (["feedback"], "course", DEFAULT_COURSE),
     (["export"], "course", DEFAULT_COURSE),
     (["export"], "csv", Path("grades.csv")),
