@@ -15,33 +15,33 @@ import pytest
 from nbgrader.api import Gradebook
 
 from grader.autograde import discover, refused
-from grader.cli import DEFAULT_COURSE, DEMO_TIMEOUT, main
+from grader.cli import DEFAULT_COURSE, DEMO_TIMEOUT, build_parser, main
 from grader.config import REPO, assignments
 from grader.demo import PROFILES, expected_scores, write_class
 from grader.notebook import exercises_of, source_notebook
 from grader.submission import DEFAULT_LIMITS
 
-# (command with its required arguments, option's dest, default from its one source of truth)
+SECONDS = f"{DEFAULT_LIMITS.wall_seconds:g}"
+# (command and its required arguments, option's dest, default from its one source of truth,
+# how its help words that default; None for a switch, which says what it does instead)
 DEFAULTS = [
-    (["autograde", "SUB"], "course", DEFAULT_COURSE),
-    (["autograde", "SUB"], "timeout", DEFAULT_LIMITS.wall_seconds),
-    (["autograde", "SUB"], "jobs", None),
-    (["autograde", "SUB"], "seed", None),
-    (["autograde", "SUB"], "unsafe_no_sandbox", False),
-    (["autograde", "SUB"], "source", None),
-    (["feedback"], "course", DEFAULT_COURSE),
-    (["export"], "course", DEFAULT_COURSE),
-    (["export"], "csv", Path("grades.csv")),
-    (["demo"], "timeout", DEMO_TIMEOUT),
-    (["demo"], "jobs", None),
-    (["demo"], "out", REPO / "build" / "demo"),
-    (["release"], "check", False),
+    (["autograde", "SUB"], "course", DEFAULT_COURSE, str(DEFAULT_COURSE)),
+    (["autograde", "SUB"], "timeout", DEFAULT_LIMITS.wall_seconds, SECONDS),
+    (["autograde", "SUB"], "jobs", None, "one per core"),
+    (["autograde", "SUB"], "seed", None, "random"),
+    (["autograde", "SUB"], "source", None, "solutions/ of the checkout"),
+    (["autograde", "SUB"], "unsafe_no_sandbox", False, None),
+    (["feedback"], "course", DEFAULT_COURSE, str(DEFAULT_COURSE)),
+    (["export"], "course", DEFAULT_COURSE, str(DEFAULT_COURSE)),
+    (["export"], "csv", Path("grades.csv"), "grades.csv"),
+    (["demo"], "timeout", DEMO_TIMEOUT, f"{DEMO_TIMEOUT:g}"),
+    (["demo"], "jobs", None, "one per core"),
+    (["demo"], "out", REPO / "build" / "demo", str(REPO / "build" / "demo")),
+    (["release"], "check", False, None),
 ]
 
 
 def parsed(argv: list[str]) -> dict:
-    from grader.cli import build_parser
-
     return vars(build_parser().parse_args(argv))
 
 
@@ -52,12 +52,11 @@ def help_of(command: str, capsys) -> str:
     return " ".join(capsys.readouterr().out.split())  # argparse wraps lines anywhere
 
 
-@pytest.mark.parametrize(("argv", "dest", "expected"), DEFAULTS)
-def test_each_default_is_its_one_source_and_what_its_help_says(argv, dest, expected, capsys):
-    assert parsed(argv)[dest] == expected
-    if expected not in (None, False):  # options off by default say what they do instead
-        shown = f"{expected:g}" if isinstance(expected, float | int) else str(expected)
-        assert f"(default: {shown})" in help_of(argv[0], capsys)
+@pytest.mark.parametrize(("argv", "dest", "default", "said"), DEFAULTS)
+def test_each_default_is_its_one_source_and_what_its_help_says(argv, dest, default, said, capsys):
+    assert parsed(argv)[dest] == default
+    if said is not None:
+        assert f"(default: {said}" in help_of(argv[0], capsys)
 
 
 def test_the_demos_shorter_timeout_does_not_leak_into_autograde():
