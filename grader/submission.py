@@ -105,9 +105,7 @@ def run_job(job: Path, limits: Limits, sandbox: Sandbox | None, cases: int) -> N
     if sandbox is None:
         subprocess.run(command, cwd=job, env=env, timeout=timeout, capture_output=True)
         return
-    with sandbox.slot() as uid:
-        command = sandbox.command(command, job, uid)
-        subprocess.run(command, env=env, timeout=timeout, capture_output=True)
+    subprocess.run(sandbox.command(command, job), env=env, timeout=timeout, capture_output=True)
 
 
 def grade_notebook(

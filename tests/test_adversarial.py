@@ -20,7 +20,7 @@ from nbgrader.api import Gradebook
 from grader.autograde import Course, autograde
 from grader.config import REPO
 from grader.nbgrader_steps import results_path
-from grader.sandbox import Sandbox, available, secrets_of
+from grader.sandbox import Sandbox, available
 from grader.submission import Limits
 
 pytestmark = pytest.mark.skipif(not available(), reason="bubblewrap is not installed")
@@ -213,7 +213,7 @@ def attacked(tmp_path_factory, listener):
         nbformat.write(notebook_with(code), path)
     HOST_CANARY.unlink(missing_ok=True)
     before = tree_fingerprint(REPO)
-    sandbox = Sandbox(secrets_of(course.root, submissions), slots=2)
+    sandbox = Sandbox()
     outcomes = autograde(
         submissions,
         course,
