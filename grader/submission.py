@@ -28,7 +28,7 @@ from grader.notebook import (
     source_notebook,
 )
 from grader.sandbox import Sandbox, runner_env
-from grader.untrusted import read_below
+from grader.untrusted import read_below, write_replacing
 
 MAX_RECORD_BYTES = 1 << 20
 MAX_ARRAYS_BYTES = 64 << 20  # the runner cannot write more (Limits.file_mb)
@@ -187,9 +187,8 @@ def _run_all(job: Path, specs: list[dict], limits: Limits, sandbox: Sandbox | No
     started run again in a fresh runner, so the honest answers keep their points."""
     remaining = list(specs)
     while remaining:
-        (job / "job.json").write_text(
-            json.dumps({"exercises": remaining, "limits": asdict(limits)})
-        )
+        spec = {"exercises": remaining, "limits": asdict(limits)}
+        write_replacing(job, "job.json", json.dumps(spec).encode())
         try:
             run_job(job, limits, sandbox, len(remaining))
         except subprocess.TimeoutExpired:

@@ -137,6 +137,15 @@ def attacks(port: int, course: Path, submissions: Path) -> dict[str, tuple[str, 
             "layer_norm: 0 / 10",
             0,
         ),
+        "rewrite_a_host_file_through_the_job": (
+            # The runner's death makes the grader write its job file again: through this link,
+            # as root, it would overwrite a file outside every sandbox.
+            "import os\nimport signal\n\nos.remove('job.json')\n"
+            f"os.symlink({str(course.parent / 'canary')!r}, 'job.json')\n"
+            "os.kill(os.getppid(), signal.SIGKILL)\n" + IDENTITY,
+            "layer_norm: 0 / 10",
+            0,
+        ),
         "forge_results_with_the_library": (
             "import json\nimport os\n\nimport numpy as np\n\n"
             "ln = getattr(F, 'layer' + '_norm')\n"
@@ -303,6 +312,7 @@ def attacked(tmp_path_factory, listener):
     before = tree_fingerprint(REPO)
     sandbox = Sandbox()
     course = Course(course_root)
+    (late / "canary").write_text("untouched")
     outcomes = autograde(
         submissions,
         course,
@@ -360,8 +370,9 @@ def test_the_gradebook_holds_what_the_grader_decided(attacked):
 
 
 def test_nothing_outside_the_scratch_directories_changed(attacked, listener):
-    _, _, _, before, reached = attacked
+    _, course, _, before, reached = attacked
     assert tree_fingerprint(REPO) == before
+    assert (course.root.parent / "canary").read_text() == "untouched"
     assert not HOST_CANARY.exists()
     assert reached == []
 
