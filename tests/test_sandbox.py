@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -35,11 +36,11 @@ print(sum(r.score for r in results), "/", sum(r.max_score for r in results))
 """
 
 
-def make_venv(folder: Path, sys_path: list[str]) -> Path:
+def make_venv(folder: Path, sys_path: list[str], base: str = sys.executable) -> Path:
     """A virtualenv at `folder` (its python a link to the base interpreter, as venv makes it)
     whose packages are this environment's, reached through a .pth file (and, for an editable
     install, its finder): cheap, and where site-packages really are is somewhere else."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    subprocess.run([base, "-m", "venv", "--without-pip", str(folder)], check=True)
     purelib = Path(sysconfig.get_paths()["purelib"])
     finders = [f"import {f.stem}; {f.stem}.install()" for f in purelib.glob("__editable__*.py")]
     site = next(folder.glob("lib/python3*/site-packages"))
@@ -47,10 +48,21 @@ def make_venv(folder: Path, sys_path: list[str]) -> Path:
     return folder / "bin" / "python"
 
 
-def run_python(python: Path, code: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {"PATH": os.environ["PATH"]}  # no PYTHONPATH: the interpreter finds what it finds
+def run_python(
+    python: Path | str, code: str, cwd: Path, user: int | None = None
+) -> subprocess.CompletedProcess:
+    """`code` run by `python` in `cwd`, as root or as the ordinary `user`."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(cwd)}  # no PYTHONPATH: it finds what it finds
+    drop = (
+        [] if user is None else ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]
+    )
     return subprocess.run(
-        [str(python), "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+        [*drop, str(python), "-c", code],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -65,6 +77,43 @@ def test_a_venv_in_a_private_home_grades(tmp_path):
     (home / ".venvs").mkdir()
     (home / ".venvs" / "course").symlink_to("../.local/venvs/course")
     done = run_python(home / ".venvs" / "course" / "bin" / python.name, GRADE_ONE, tmp_path)
+    assert done.stdout.split() == ["19.0", "/", "19.0"], done.stderr[-2000:]
+
+
+def python_anyone_can_run(user: int) -> str | None:
+    """An interpreter of this Python version that `user` may run (pyenv's under /root is not)."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    for python in (
+        sys._base_executable,
+        f"/usr/bin/python{version}",
+        f"/usr/local/bin/python{version}",
+    ):
+        # Started through setpriv, an interpreter under /root runs; started again by itself
+        # (as the grader starts the runner), it does not.
+        check = (
+            f"import subprocess, sys; assert sys.version.startswith('{version}.'); "
+            "subprocess.run([sys.executable, '-c', ''], check=True)"
+        )
+        if Path(python).exists() and run_python(python, check, Path("/"), user).returncode == 0:
+            return python
+    return None
+
+
+@needs_bwrap
+@as_root
+def test_a_venv_in_a_private_home_grades_as_an_ordinary_user():
+    user = 4242  # no passwd entry is needed
+    base = python_anyone_can_run(user)
+    if base is None:
+        pytest.skip(f"no Python {sys.version_info[:2]} that an ordinary user may run")
+    with tempfile.TemporaryDirectory() as scratch:  # pytest's own folders are root's alone
+        Path(scratch).chmod(0o755)
+        home = Path(scratch) / "home"
+        home.mkdir(mode=0o750)
+        python = make_venv(home / ".venvs" / "course", [], base)
+        for path in [home, *home.rglob("*")]:
+            os.chown(path, user, user, follow_symlinks=False)
+        done = run_python(python, GRADE_ONE, home, user)
     assert done.stdout.split() == ["19.0", "/", "19.0"], done.stderr[-2000:]
 
 
