@@ -145,6 +145,18 @@ def test_a_venv_closed_to_others_is_refused_naming_it_and_the_fix(tmp_path):
 
 
 @needs_bwrap
+@as_root
+def test_a_job_inside_a_private_folder_is_reachable():
+    # TMPDIR=$(mktemp -d) puts every job folder under a folder of mode 700 inside /tmp.
+    with tempfile.TemporaryDirectory() as private:
+        job = Path(private) / "grade-job"
+        job.mkdir()
+        command = [sys.executable, "-c", "open('out', 'w').write('written')"]
+        subprocess.run(Sandbox().command(command, job), check=True, timeout=60)
+        assert (job / "out").read_text() == "written"
+
+
+@needs_bwrap
 def test_a_runner_that_cannot_start_is_refused_with_the_reason(monkeypatch):
     # Leaving the grader's own code out stands for anything the runner needs and cannot see.
     shown = grader.sandbox.visible_paths
