@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from grader.config import SOLUTIONS, assignments
+from grader.config import REPO, SOLUTIONS, assignments
 
 UIDS = range(1 << 20, 1 << 31)  # unused by any system: no passwd entry is needed
 TMP_BYTES = 256 << 20
@@ -80,7 +80,20 @@ class Sandbox:
         self._counter = itertools.count(start)  # next() on it is atomic: threads share it
         self._given: set[int] = set()
         self.visible = visible_paths()
+        self._check_answer_key_hidden()
         self._check_runner_starts()
+
+    def _check_answer_key_hidden(self) -> None:
+        """Refuse when the answer key lies inside a folder the runner must see (a checkout that
+        pip's `install -e git+...` placed in the virtualenv's src/, say)."""
+        shown = _outermost(p.resolve() for p in self.visible)
+        for secret in (SOLUTIONS, REPO / ".git"):
+            around = [f for f in shown if secret.exists() and secret.resolve().is_relative_to(f)]
+            if around:
+                raise SandboxUnavailable(
+                    f"the answer key {secret} lies inside {around[0]}, which the sandboxed "
+                    "runner must see: move the course's checkout out of it"
+                )
 
     def _check_runner_starts(self) -> None:
         """Start Python in the sandbox once and run what the runner runs before any student

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import grader.sandbox
-from grader.config import REPO
+from grader.config import REPO, SOLUTIONS
 from grader.sandbox import Sandbox, SandboxUnavailable, _closed_to_others, available, symlinks_met
 
 needs_bwrap = pytest.mark.skipif(not available(), reason="bubblewrap is not installed")
@@ -171,6 +171,14 @@ def test_a_runner_that_cannot_start_is_refused_with_the_reason(monkeypatch):
     assert "cannot start, so every student would score 0" in message
     assert "ModuleNotFoundError: No module named 'grader" in message
     assert "--unsafe-no-sandbox" in message
+
+
+@needs_bwrap
+def test_an_answer_key_inside_a_folder_the_runner_sees_is_refused(monkeypatch):
+    # As when the checkout lies in the virtualenv (pip install -e git+...: <venv>/src/<name>).
+    monkeypatch.setattr(grader.sandbox, "visible_paths", lambda: [Path("/usr"), REPO.parent])
+    with pytest.raises(SandboxUnavailable, match=f"the answer key {SOLUTIONS} lies inside"):
+        Sandbox()
 
 
 def test_a_checkout_closed_to_others_is_named(tmp_path):
