@@ -30,7 +30,9 @@ from pathlib import Path
 
 from grader.config import REPO, SOLUTIONS, assignments
 
-UIDS = range(1 << 20, 1 << 31)  # unused by any system: no passwd entry is needed
+# Above every range that distributions, systemd, container tools and directory services (sssd,
+# FreeIPA) hand out, so no real user's files or keyring are shared; no passwd entry is needed.
+UIDS = range(1 << 31, (1 << 32) - (1 << 16))
 TMP_BYTES = 256 << 20
 # The system as the dynamic loader and the interpreter need it; each is a folder, a file or a
 # link (/lib -> usr/lib on merged-/usr distributions), bound or mirrored where it exists.
