@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from grader.config import REPO, SOLUTIONS, assignments
+from grader.config import REPO, assignments, course_source
 
 # Above every range that distributions, systemd, container tools and directory services (sssd,
 # FreeIPA) hand out, so no real user's files or keyring are shared; no passwd entry is needed.
@@ -89,12 +89,12 @@ class Sandbox:
         """Refuse when the answer key lies inside a folder the runner must see (a checkout that
         pip's `install -e git+...` placed in the virtualenv's src/, say)."""
         shown = _outermost(p.resolve() for p in self.visible)
-        for secret in (SOLUTIONS, REPO / ".git"):
-            around = [f for f in shown if secret.exists() and secret.resolve().is_relative_to(f)]
+        for secret in answer_keys():
+            around = [f for f in shown if secret.is_relative_to(f)]
             if around:
                 raise SandboxUnavailable(
                     f"the answer key {secret} lies inside {around[0]}, which the sandboxed "
-                    "runner must see: move the course's checkout out of it"
+                    "runner must see: move it (or the course's checkout) out of there"
                 )
 
     def _check_runner_starts(self) -> None:
@@ -210,8 +210,8 @@ def visible_paths() -> list[Path]:
             check=True,
         )
     found = json.loads(where.stdout)
-    answer_key = SOLUTIONS.resolve()
-    on_path = [p for p in found["path"] if not answer_key.is_relative_to(Path(p).resolve())]
+    keys = answer_keys()
+    on_path = [p for p in found["path"] if not _is_inside_any(keys, Path(p).resolve())]
     paths = [*SYSTEM, sys.executable, sys.prefix, sys.base_prefix, *on_path, *found["packages"]]
     return [p for p in dict.fromkeys(Path(os.path.abspath(p)) for p in paths) if p.exists()]
 
@@ -255,6 +255,17 @@ def symlinks_met(path: Path) -> dict[Path, str]:
         else:
             here = step
     return links
+
+
+def answer_keys() -> list[Path]:
+    """What holds the answers, resolved: the source graded against (a checkout's solutions/
+    or --source), the checkout's solutions/ and its git history."""
+    keys = (course_source(), REPO / "solutions", REPO / ".git")
+    return [k.resolve() for k in dict.fromkeys(keys) if k.exists()]
+
+
+def _is_inside_any(paths: Iterable[Path], folder: Path) -> bool:
+    return any(p.is_relative_to(folder) for p in paths)
 
 
 def _is_inside(path: Path, folders: Iterable[Path]) -> bool:

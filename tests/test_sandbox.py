@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import grader.sandbox
-from grader.config import REPO, SOLUTIONS
+from grader.config import REPO
 from grader.sandbox import Sandbox, SandboxUnavailable, _closed_to_others, available, symlinks_met
 
 needs_bwrap = pytest.mark.skipif(not available(), reason="bubblewrap is not installed")
@@ -26,11 +26,11 @@ as_root = pytest.mark.skipif(os.geteuid() != 0, reason="only root can drop to an
 
 # One notebook graded in the sandbox, by whatever interpreter runs this.
 GRADE_ONE = """
-from grader.config import SOLUTIONS
+from grader.config import course_source
 from grader.sandbox import Sandbox
 from grader.submission import grade_notebook
 
-path = SOLUTIONS / "01_layer_norm" / "01_layer_norm.ipynb"
+path = course_source() / "01_layer_norm" / "01_layer_norm.ipynb"
 results = grade_notebook(path, "01_layer_norm", seed=0, sandbox=Sandbox())
 print(sum(r.score for r in results), "/", sum(r.max_score for r in results))
 """
@@ -177,7 +177,8 @@ def test_a_runner_that_cannot_start_is_refused_with_the_reason(monkeypatch):
 def test_an_answer_key_inside_a_folder_the_runner_sees_is_refused(monkeypatch):
     # As when the checkout lies in the virtualenv (pip install -e git+...: <venv>/src/<name>).
     monkeypatch.setattr(grader.sandbox, "visible_paths", lambda: [Path("/usr"), REPO.parent])
-    with pytest.raises(SandboxUnavailable, match=f"the answer key {SOLUTIONS} lies inside"):
+    answer_key = REPO / "solutions"
+    with pytest.raises(SandboxUnavailable, match=f"the answer key {answer_key} lies inside"):
         Sandbox()
 
 
