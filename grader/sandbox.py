@@ -7,11 +7,14 @@ every package it imports, wherever they really are (a virtualenv in a private ho
 interpreter, an editable install), plus a private /dev, /proc and /tmp. Nothing else of the host
 exists there: not the homes around those folders, not the course folder (even one created after
 the sandbox), not the other submissions, not the checkout around the course's packages (which
-holds the answer key). It also has no network, its own PID and IPC namespaces.
+holds the answer key; should the answer key lie inside a folder the runner needs, the sandbox
+refuses to start). It also has no network, its own PID and IPC namespaces.
 
-Every runner gets a uid no other runner had in this run, from a range wide enough that another
-run very likely never gives it either: per-uid kernel state (the keyring, RLIMIT_NPROC's count of
-processes) is one student's alone and cannot carry anything to the next.
+Graded as root, every student's runner gets a uid no other runner had in this run, from a range
+wide enough that another run very likely never gives it either: per-uid kernel state (the
+keyring, RLIMIT_NPROC's count of processes) is one student's alone and carries nothing to the
+next. (Run by an ordinary user, bubblewrap gives each runner a user namespace, and with it a
+keyring, of its own.)
 """
 
 from __future__ import annotations
