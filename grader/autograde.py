@@ -36,7 +36,7 @@ from nbgrader.preprocessors import (
 from grader.config import assignments, course_config, course_source, use_this_environment
 from grader.discovery import student_folders
 from grader.nbgrader_steps import InjectResults, results_path
-from grader.notebook import read_notebook, restore_metadata, source_notebook
+from grader.notebook import read_notebook, restore_metadata, source_notebook, submitted_bytes
 from grader.sandbox import Sandbox
 from grader.submission import DEFAULT_LIMITS, Limits, grade_notebooks
 
@@ -134,15 +134,18 @@ def lost(task: Task, course: Course) -> str:
     if list(by_cause) == ["missing"] and len(by_cause["missing"]) == len(stored["exercises"]):
         try:  # no answer at all: is there a notebook?
             read_notebook(task.submission)
-        except ValueError:
-            return "missing" if not task.submission.is_file() else "unreadable (not a notebook)"
+        except ValueError as error:  # "is missing", "is not a readable notebook (…)", a link
+            return str(error).removeprefix(f"{task.submission.name} ")
     return "; ".join(f"{UNJUDGED[c]}: {', '.join(names)}" for c, names in by_cause.items())
 
 
 def fingerprint(task: Task) -> str:
     """The submission's content hash, and the solutions', so a changed answer key regrades."""
     digest = hashlib.sha256()
-    digest.update(task.submission.read_bytes() if task.submission.is_file() else b"<missing>")
+    try:
+        digest.update(submitted_bytes(task.submission))
+    except (OSError, ValueError) as error:  # missing or refused: graded as such, stably
+        digest.update(f"<{type(error).__name__}: {error}>".encode())
     digest.update((course_source() / task.assignment / f"{task.assignment}.ipynb").read_bytes())
     return digest.hexdigest()
 

@@ -53,20 +53,17 @@ def _use_source(args: argparse.Namespace) -> None:
         raise UsageError(str(error)) from None
 
 
-def _isolation(args: argparse.Namespace, course: Path, submissions: Path):
+def _isolation(args: argparse.Namespace):
     """The sandbox and limits to grade with; refuses (exit 2) when bubblewrap is missing unless
     the instructor explicitly accepts running student code unsandboxed."""
-    import os
-
-    from grader.sandbox import Sandbox, SandboxUnavailable, secrets_of
+    from grader.sandbox import Sandbox, SandboxUnavailable
     from grader.submission import Limits
 
     limits = Limits(wall_seconds=args.timeout)
     if args.unsafe_no_sandbox:
         return None, limits
-    slots = args.jobs or os.cpu_count() or 1
     try:
-        sandbox = Sandbox(secrets_of(course.resolve(), submissions.resolve()), slots)
+        sandbox = Sandbox()
     except SandboxUnavailable as error:
         raise UsageError(str(error)) from None
     return sandbox, Limits(wall_seconds=args.timeout, processes=SANDBOX_PROCESSES)
@@ -80,14 +77,8 @@ def _autograde(args: argparse.Namespace) -> int:
     problem = layout_problem(args.submissions, args.course)
     if problem:
         raise UsageError(problem)
-    fresh = not args.course.exists()
-    course = Course(args.course)  # made before the sandbox, which can hide only what exists
-    try:
-        sandbox, limits = _isolation(args, course.root, args.submissions)
-    except UsageError:
-        if fresh:
-            course.root.rmdir()
-        raise
+    sandbox, limits = _isolation(args)
+    course = Course(args.course)
     outcomes = autograde(args.submissions, course, args.jobs, args.seed, limits, sandbox)
     return _summary(outcomes, course)
 
@@ -189,7 +180,7 @@ def _demo(args: argparse.Namespace) -> int:
     if not sandbox_available():  # the sample class is our own code: safe to run unsandboxed
         print("bubblewrap is not installed: grading the sample class without the sandbox.")
         args.unsafe_no_sandbox = True
-    sandbox, limits = _isolation(args, course.root, submissions)
+    sandbox, limits = _isolation(args)
     print(f"Grading a sample class of {len(students)} students ({submissions}) ...")
     outcomes = autograde(submissions, course, args.jobs, None, limits, sandbox)
     print()
@@ -213,11 +204,12 @@ def _check(args: argparse.Namespace) -> int:
     from grader.notebook import read_notebook
     from grader.student import check_notebook
 
+    notebook = args.notebook.absolute()  # read as <folder>/<assignment>/<notebook>, even bare
     try:
-        read_notebook(args.notebook)
+        read_notebook(notebook)
     except ValueError as error:
         raise UsageError(f"cannot check {args.notebook}: {error}") from None
-    return check_notebook(args.notebook)
+    return check_notebook(notebook)
 
 
 def _number(convert: Callable[[str], float], accepts: Callable[[float], bool], wording: str):

@@ -16,7 +16,7 @@ from nbgrader.api import Gradebook
 
 from grader.autograde import discover, refused
 from grader.cli import DEFAULT_COURSE, DEMO_TIMEOUT, build_parser, main
-from grader.config import REPO, assignments
+from grader.config import RELEASE, REPO, assignments
 from grader.demo import PROFILES, expected_scores, write_class
 from grader.notebook import exercises_of, source_notebook
 from grader.submission import DEFAULT_LIMITS
@@ -180,26 +180,20 @@ def test_feedback_and_export_refuse_a_folder_that_is_not_a_graded_course(
     assert sorted(tmp_path.rglob("*")) == before
 
 
-def test_a_new_course_exists_before_the_sandbox_that_hides_it_is_built(
+def test_without_a_sandbox_autograde_refuses_in_one_line_creating_nothing(
     tmp_path, monkeypatch, capsys
 ):
-    """The sandbox hides only folders that exist when it is built: a course made afterwards
-    would show its staged submissions and results to every student's code."""
     import grader.sandbox
 
-    course, seen = tmp_path / "course", {}
+    def unavailable():
+        raise grader.sandbox.SandboxUnavailable("bubblewrap is not installed")
 
-    class Unavailable:
-        def __init__(self, hidden, slots):
-            seen["course existed"] = course.is_dir()
-            raise grader.sandbox.SandboxUnavailable("bubblewrap is not installed")
-
-    monkeypatch.setattr(grader.sandbox, "Sandbox", Unavailable)
+    monkeypatch.setattr(grader.sandbox, "Sandbox", unavailable)
+    course = tmp_path / "course"
     submissions = make(tmp_path / "SUB", f"ada/{ASSIGNMENT}/{NOTEBOOK}")
     error = refusal_line(["autograde", str(submissions), "--course", str(course)], capsys)
     assert error == "grader autograde: error: bubblewrap is not installed"
-    assert seen == {"course existed": True}
-    assert not course.exists()  # refused: the new course is not left behind
+    assert not course.exists()
 
 
 @pytest.mark.parametrize(("content", "problem"), [(None, "is missing"), ("{", "is not a readable")])
@@ -210,6 +204,14 @@ def test_check_refuses_a_notebook_it_cannot_read(content, problem, tmp_path, cap
         notebook.write_text(content)
     error = refusal_line(["check", str(notebook)], capsys)
     assert error.startswith(f"grader check: error: cannot check {notebook}: {NOTEBOOK} {problem}")
+
+
+def test_check_runs_on_a_notebook_named_from_its_own_folder(tmp_path, monkeypatch, capsys):
+    """`grader check 01_layer_norm.ipynb`, as a student types it beside the notebook."""
+    shutil.copy(RELEASE / ASSIGNMENT / NOTEBOOK, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", NOTEBOOK]) == 1  # the untouched release: everything still to do
+    assert "Still to fix:" in capsys.readouterr().out
 
 
 LITTER = [".ipynb_checkpoints", "__MACOSX", ".git"]
@@ -280,8 +282,8 @@ def listed(output: str, title: str) -> dict[tuple[str, str], str]:
 def test_the_run_lists_each_notebook_that_lost_its_points_unjudged(class_run):
     _, _, output = class_run
     unjudged = listed(output, "Scored 0 as listed")
-    assert unjudged.pop(("cyd", "every")) == "notebook  missing"
-    assert unjudged.pop(("dee", "every")) == "notebook  unreadable (not a notebook)"
+    assert unjudged.pop(("cyd", "every")) == "notebook  is missing"
+    assert unjudged.pop(("dee", "every")).startswith("notebook  is not a readable notebook")
     for assignment in assignments():
         assert unjudged.pop(("gus", assignment)).startswith("timed out: ")
         if ("fay", assignment) != UNRECORDABLE:
