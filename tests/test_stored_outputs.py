@@ -1,5 +1,5 @@
-"""What nbval compares in the solutions: the course notes' worked examples digit for digit, and
-nothing hidden from it without an assert in its place."""
+"""What nbval compares in the solutions: the course notes' worked examples digit for digit, no
+rounding-level noise, and nothing hidden from it without an assert in its place."""
 
 from __future__ import annotations
 
@@ -73,3 +73,18 @@ def test_the_notes_examples_are_compared_digit_for_digit(assignment):
 def test_a_cell_hidden_from_nbval_still_asserts_its_conclusion(assignment):
     hidden = [c.source for c in code_cells(assignment) if not compared(c)]
     assert [s for s in hidden if not re.search(r"^\s*assert ", s, re.M)] == []
+
+
+NEGATIVE_ZERO = re.compile(r"-0(?:\.0*)?(?![\d.])")  # -0, -0., -0.0000; not -0.05 or 1e-05
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_no_compared_output_shows_a_negative_zero(assignment):
+    """A printed -0.0000 is a rounding-level value: its sign flips with the summation order."""
+    shown = [
+        match.group()
+        for cell in code_cells(assignment)
+        if compared(cell)
+        for match in NEGATIVE_ZERO.finditer(stored_text(cell))
+    ]
+    assert shown == []
