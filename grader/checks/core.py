@@ -15,11 +15,13 @@ not only failed but named: "your output is what ε outside the square root would
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+# Inputs, and outputs keyed by what feedback calls them: a name the exercise's text uses
+# (`y`, `running_mean`, `grad_x`) or a few words ("output of training step 1").
 Arrays = dict[str, np.ndarray]
 Probe = Callable[[Any, Arrays], Arrays]
 
@@ -48,6 +50,16 @@ class Check:
     float64_oracle: bool = False
 
 
+def also_visible(check: Check, points: float) -> tuple[Check, Check]:
+    """A hidden check and its twin on fixed inputs, which the student's own `check()` runs too:
+    a pitfall the notebook teaches must fail before grading, not only at it. The hidden check
+    still draws its inputs afresh for every grading run; the twin takes `points` from it, so the
+    exercise's total is unchanged."""
+    if not (check.hidden and 0 < points < check.points):
+        raise ValueError(f"{check.description!r}: a visible twin needs a hidden check and a share")
+    return replace(check, hidden=False, points=points), replace(check, points=check.points - points)
+
+
 @dataclass(frozen=True)
 class Exercise:
     name: str  # the function or class the student defines
@@ -57,6 +69,9 @@ class Exercise:
     mistakes: tuple[Mistake, ...] = ()
     # Library calls that would do the exercise for the student (torch function names).
     forbidden: tuple[str, ...] = ()
+    # (argument, form) pairs the exercise's text promises, each of which some check must pass:
+    # a type name ("int", "tuple", "list", "Tensor"), a dtype ("float64") or a rank ("3-d").
+    forms: tuple[tuple[str, str], ...] = ()
 
     @property
     def points(self) -> float:
@@ -168,18 +183,24 @@ def upcast(inputs: Arrays) -> Arrays:
     }
 
 
+def named(key: str) -> str:
+    """An output as feedback names it: a name from the exercise's text in code style, or words
+    ("running_var after training step 2") as they are."""
+    return key if " " in key else f"`{key}`"
+
+
 def _difference(got: Arrays, want: Arrays, check: Check) -> str:
     """Why `got` is not `want`, in plain words; empty when they agree within tolerance."""
     for key, expected in want.items():
         if key not in got:
-            return f"no `{key}` was returned"
+            return f"no {named(key)} was returned"
         actual = got[key]
         if actual.shape != expected.shape:
-            return f"`{key}` has shape {actual.shape}, expected {expected.shape}"
+            return f"{named(key)} has shape {actual.shape}, expected {expected.shape}"
         if not np.all(np.isfinite(actual) | ~np.isfinite(expected)):
-            return f"`{key}` contains NaN or infinity"
+            return f"{named(key)} contains NaN or infinity"
         if not np.allclose(actual, expected, rtol=check.rtol, atol=check.atol, equal_nan=True):
-            return f"`{key}` differs from the correct values beyond the tolerance"
+            return f"{named(key)} differs from the correct values beyond the tolerance"
     return ""
 
 
@@ -214,6 +235,12 @@ def judge_check(exercise: Exercise, check: Check, inputs: Arrays, got: Outputs) 
         return CheckOutcome(check, True)
     return CheckOutcome(check, False, problem, _diagnose(exercise, check, inputs, got, want))
 
+
+# Tolerance for checks on rows (channels, groups) of >= 4096 values: the unbiased variance moves
+# a normalized output by |x̂|/2n < 1.3e-4·|x̂|, a tenth of it, so those checks do not also charge
+# the n−1 slip, which has its own check on few values (see each module's rubric); every mistake
+# they target moves outputs by more than 1e-2.
+WIDE = {"rtol": 1e-3, "atol": 1e-3}
 
 Plan = list[tuple[Check, Arrays]]
 
