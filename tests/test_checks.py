@@ -13,6 +13,8 @@ import torch
 from conftest import SEEDS, answer_from
 
 from grader.checks import EXERCISES, CheckFailed, check, grade, run
+from grader.checks import batch_norm as batch_norm_checks
+from grader.checks import layer_norm as layer_norm_checks
 from grader.checks.core import (
     StudentError,
     expected_outputs,
@@ -22,6 +24,7 @@ from grader.checks.core import (
     outputs_of,
     plan,
 )
+from grader.checks.probe import trailing_dims
 from grader.config import assignments
 from grader.notebook import answer_source, exercises_of, source_notebook
 
@@ -263,6 +266,46 @@ def test_feedback_never_shows_hidden_inputs_or_reference_outputs(name):
         text = judge(exercise, planned, outputs).render()
         assert not {s for s in secrets if s in text}, text
         assert "def " not in text and "BEGIN" not in text
+
+
+def _layer_norm_over_n_plus_1(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    dims = trailing_dims(normalized_shape)
+    centered = x - x.mean(dims, keepdim=True)
+    n = int(np.prod([x.shape[d] for d in dims]))
+    y = centered / ((centered**2).sum(dims, keepdim=True) / (n + 1) + eps).sqrt()
+    return y if weight is None else y * weight + bias
+
+
+def _layer_norm_uncentered(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    dims = trailing_dims(normalized_shape)
+    y = x / (x.var(dims, keepdim=True, correction=0) + eps).sqrt()
+    return y if weight is None else y * weight + bias
+
+
+LN, BN = layer_norm_checks._layer_norm_variant, batch_norm_checks._batch_norm_variant
+GN, RMS = batch_norm_checks._group_norm_variant, batch_norm_checks._rms_norm_variant
+
+# Wrong answers no known mistake matches (two combined, or one the library does not know), and
+# the words their feedback must contain: where the output's statistics went wrong.
+UNSEEN = [
+    ("layer_norm", partial(LN, batch_axis=True, correction=1), "normalized over the batch"),
+    ("layer_norm", partial(LN, last_dim_only=True, affine=False), "over the last dim only"),
+    ("layer_norm", _layer_norm_uncentered, "has a mean of up to"),
+    ("layer_norm", _layer_norm_over_n_plus_1, "times the correct one in every row"),
+    ("batch_norm", partial(BN, axis="sample", norm_correction=1), "over each sample's features"),
+    ("group_norm", partial(GN, interleaved=True, correction=1), "normalized over every G-th"),
+    ("rms_norm", partial(RMS, center=True, eps_default=0.0), "`y` has mean 0 over"),
+    ("rms_norm", partial(RMS, last_dim_only=True, use_weight=False), "`weight` is not applied"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "answer", "words"), UNSEEN, ids=[f"{n}-{w}" for n, _, w in UNSEEN]
+)
+def test_an_unseen_wrong_answer_is_explained_by_what_its_output_gets_wrong(name, answer, words):
+    for seed in SEEDS:
+        text = run(EXERCISES[name], answer, hidden=True, seed=seed, source="").render()
+        assert words in text, text
 
 
 def _course_text(name: str) -> str:

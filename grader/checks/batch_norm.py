@@ -41,6 +41,7 @@ from torch import nn
 
 from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, also_visible, to_array
 from grader.checks.probe import shape_argument, tensors
+from grader.checks.properties import BATCH_NORM_TRAINING, GROUP_NORM_SETS, trailing_norm
 
 # ---------------------------------------------------------------------------------------------
 # batch_norm: running statistics with exact PyTorch semantics
@@ -195,7 +196,7 @@ def _bn_case(
         case["running_mean"] = np.zeros(c, dtype)
         case["running_var"] = np.ones(c, dtype)
     if affine:
-        case["weight"] = rng.normal(1.0, 0.5, c).astype(dtype)
+        case["weight"] = rng.uniform(0.5, 1.5, c).astype(dtype)  # never near 0
         case["bias"] = rng.normal(0.0, 0.5, c).astype(dtype)
     case["momentum"], case["eps"] = np.array(momentum), np.array(eps)
     return case
@@ -246,6 +247,7 @@ BATCH_NORM = Exercise(
         "GroupNorm",
     ),
     mistakes=BATCH_NORM_MISTAKES,
+    properties=(BATCH_NORM_TRAINING,),
     forms=(("x", "2-d"), ("x", "3-d")),
     checks=(
         Check(
@@ -574,7 +576,7 @@ def _gn_case(x: np.ndarray, groups: int, rng=None, eps: float = 1e-5) -> Arrays:
     case = {"x": x, "num_groups": np.array(groups), "eps": np.array(eps)}
     if rng is not None:
         c = x.shape[1]
-        case["weight"] = rng.normal(1.0, 0.5, c).astype(x.dtype)
+        case["weight"] = rng.uniform(0.5, 1.5, c).astype(x.dtype)  # never near 0
         case["bias"] = rng.normal(0.0, 0.5, c).astype(x.dtype)
     return case
 
@@ -593,6 +595,7 @@ GROUP_NORM = Exercise(
     name="group_norm",
     reference=F.group_norm,
     probe=_probe_group_norm,
+    properties=(GROUP_NORM_SETS,),
     forms=(("x", "3-d"), ("x", "4-d")),
     forbidden=(
         "group_norm",
@@ -744,7 +747,7 @@ def _rms_case(
     if eps is not None:
         case["eps"] = np.array(eps)
     if rng is not None:
-        case["weight"] = rng.normal(1.0, 0.5, shape).astype(x.dtype)
+        case["weight"] = rng.uniform(0.5, 1.5, shape).astype(x.dtype)  # never near 0
     return case
 
 
@@ -757,6 +760,7 @@ RMS_NORM = Exercise(
     name="rms_norm",
     reference=_rms_reference,
     probe=_probe_rms_norm,
+    properties=(trailing_norm(centered=False),),
     forms=(
         ("normalized_shape", "int"),
         ("normalized_shape", "tuple"),

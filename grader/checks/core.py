@@ -9,7 +9,10 @@ in a sandbox and the other two in its own process:
 3. compare plain arrays       ``judge(exercise, inputs, outputs)``          (grader)
 
 Step 3 runs the same probe on the reference and on every known mistake, so a wrong answer is
-not only failed but named: "your output is what ε outside the square root would give".
+not only failed but named: "your output is what ε outside the square root would give". An
+answer no known mistake matches is explained by the first property of a correct output it
+violates ("`y` is normalized over the last dim only"; `properties.py`), or else by where and how
+much it differs.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+
+from grader.checks.properties import Normalized, explain, extent
 
 # Inputs, and outputs keyed by what feedback calls them: a name the exercise's text uses
 # (`y`, `running_mean`, `grad_x`) or a few words ("output of training step 1").
@@ -72,6 +77,8 @@ class Exercise:
     # (argument, form) pairs the exercise's text promises, each of which some check must pass:
     # a type name ("int", "tuple", "list", "Tensor"), a dtype ("float64") or a rank ("3-d").
     forms: tuple[tuple[str, str], ...] = ()
+    # What a correct output always satisfies, to explain a wrong one no known mistake matches.
+    properties: tuple[Normalized, ...] = ()
 
     @property
     def points(self) -> float:
@@ -103,6 +110,7 @@ class CheckOutcome:
     problem: str = ""  # plain words; empty when passed
     mistake: Mistake | None = None
     raised: bool = False  # the answer raised, crashed or was missing: no output to compare
+    finding: str = ""  # for no known mistake: the property of a correct output it violates
 
 
 @dataclass
@@ -226,6 +234,19 @@ def _diagnose(exercise: Exercise, check: Check, inputs: Arrays, got: Arrays, wan
     return None
 
 
+def _extent(check: Check, got: Arrays, want: Arrays) -> str:
+    """Where and by how much the first wrong output differs; '' when none can be compared."""
+    for key, expected in want.items():
+        actual = got.get(key)
+        if (
+            actual is not None
+            and actual.shape == expected.shape
+            and _difference({key: actual}, {key: expected}, check)
+        ):
+            return extent(key, actual, expected, check.rtol, check.atol)
+    return ""
+
+
 def judge_check(exercise: Exercise, check: Check, inputs: Arrays, got: Outputs) -> CheckOutcome:
     if isinstance(got, StudentError):
         return CheckOutcome(check, False, got.describe(exercise.name), raised=True)
@@ -233,7 +254,12 @@ def judge_check(exercise: Exercise, check: Check, inputs: Arrays, got: Outputs) 
     problem = _difference(got, want, check)
     if not problem:
         return CheckOutcome(check, True)
-    return CheckOutcome(check, False, problem, _diagnose(exercise, check, inputs, got, want))
+    mistake = _diagnose(exercise, check, inputs, got, want)
+    if mistake is not None:
+        return CheckOutcome(check, False, problem, mistake)
+    finding = explain(exercise.properties, inputs, got, want)
+    detail = finding or _extent(check, got, want)
+    return CheckOutcome(check, False, problem + (f"; {detail}" if detail else ""), finding=finding)
 
 
 # Tolerance for checks on rows (channels, groups) of >= 4096 values: the unbiased variance moves

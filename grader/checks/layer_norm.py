@@ -26,6 +26,7 @@ import torch
 
 from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, also_visible
 from grader.checks.probe import shape_argument, tensors, trailing_dims
+from grader.checks.properties import trailing_norm
 from norm_utils import functional as ref
 
 # ---------------------------------------------------------------------------------------------
@@ -142,7 +143,7 @@ def _ln_case(x: np.ndarray, ndims: int, rng=None, eps: float = 1e-5, as_int=Fals
     given = np.array(shape[0] if as_int else shape)
     case = {"x": x, "normalized_shape": given, "eps": np.array(eps)}
     if rng is not None:
-        case["weight"] = rng.normal(1.0, 0.5, shape).astype(x.dtype)
+        case["weight"] = rng.uniform(0.5, 1.5, shape).astype(x.dtype)  # never near 0
         case["bias"] = rng.normal(0.0, 0.5, shape).astype(x.dtype)
     return case
 
@@ -171,6 +172,7 @@ LAYER_NORM = Exercise(
     probe=_probe_layer_norm,
     forbidden=("layer_norm", "native_layer_norm", "LayerNorm", "group_norm", "GroupNorm"),
     mistakes=LAYER_NORM_MISTAKES,
+    properties=(trailing_norm(centered=True),),
     forms=(("normalized_shape", "int"), ("normalized_shape", "tuple")),
     checks=(
         Check(
