@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.properties import Normalized, explain, extent
+from grader.checks.properties import Invariant, Normalized, explain, extent
 
 # Inputs, and outputs keyed by what feedback calls them: a name the exercise's text uses
 # (`y`, `running_mean`, `grad_x`) or a few words ("output of training step 1").
@@ -78,7 +78,7 @@ class Exercise:
     # a type name ("int", "tuple", "list", "Tensor"), a dtype ("float64") or a rank ("3-d").
     forms: tuple[tuple[str, str], ...] = ()
     # What a correct output always satisfies, to explain a wrong one no known mistake matches.
-    properties: tuple[Normalized, ...] = ()
+    properties: tuple[Normalized | Invariant, ...] = ()
 
     @property
     def points(self) -> float:

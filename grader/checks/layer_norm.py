@@ -26,6 +26,7 @@ import torch
 
 from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, also_visible
 from grader.checks.probe import shape_argument, tensors, trailing_dims
+from grader.checks.properties import LAYER_NORM_BACKWARD as BACKWARD_INVARIANTS
 from grader.checks.properties import trailing_norm
 from norm_utils import functional as ref
 
@@ -352,7 +353,10 @@ def _probe_backward(layer_norm_backward, a: Arrays) -> Arrays:
     shape = shape_argument(a["normalized_shape"])
     grads = layer_norm_backward(grad_out, x, shape, weight, eps=float(a["eps"]))
     names = ("grad_x", "grad_weight", "grad_bias")
-    return {n: g for n, g in zip(names, grads, strict=True) if g is not None}
+    out = {n: g for n, g in zip(names, grads, strict=True) if g is not None}
+    if weight is None:  # the exercise promises None for both, not gradients of a missing weight
+        out["whether grad_weight and grad_bias are None"] = np.array(len(out) == 1)
+    return out
 
 
 def _backward_case(rng, *shape, ndims=1, weight=True, scale=1.0, eps=1e-5, as_int=False) -> Arrays:
@@ -374,6 +378,7 @@ LAYER_NORM_BACKWARD = Exercise(
     name="layer_norm_backward",
     reference=ref.layer_norm_backward,
     probe=_probe_backward,
+    properties=BACKWARD_INVARIANTS,
     forbidden=("layer_norm", "native_layer_norm", "native_layer_norm_backward", "LayerNorm"),
     forms=(("normalized_shape", "int"), ("normalized_shape", "tuple")),
     mistakes=(

@@ -38,6 +38,34 @@ class Normalized:
     instead: tuple[tuple[str, Grouping], ...] = ()
     centered: bool = True  # False: RMSNorm, which rescales without subtracting the mean
 
+    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+        return _sentence(self, key, inputs, got, want)
+
+
+@dataclass(frozen=True)
+class Invariant:
+    """Outputs whose key starts with `key` satisfy `zero(output, inputs) ≈ 0` in every set (a
+    row of residuals per set); `why` says, in the course's words, what a violation means."""
+
+    key: str
+    unit: str
+    what: str  # the quantity that must vanish: "the sum of grad_x over the normalized dims"
+    why: str
+    zero: Grouping  # an output and the inputs -> one residual per set
+
+    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+        residual, reference = self.zero(got, inputs), self.zero(want, inputs)
+        if residual is None or reference is None or not np.all(np.isfinite(residual)):
+            return ""
+        # about one set's norm: residuals far below it are 0 up to ε and rounding
+        tolerance = 1e-3 * np.abs(want).max() * np.sqrt(want.size / residual.size)
+        if np.any(np.abs(reference) > tolerance / 10):
+            return ""  # the correct output does not satisfy it on these inputs
+        off = np.abs(residual) > tolerance
+        if not off.any():
+            return ""
+        return f"{self.what} is far from 0 in {_places(off, self.unit)}: {self.why}"
+
 
 def _spread(rows: np.ndarray, centered: bool) -> np.ndarray:
     return rows.var(1) if centered else (rows * rows).mean(1)
@@ -149,17 +177,42 @@ def _sentence(p: Normalized, key: str, inputs: Arrays, got: np.ndarray, want: np
     )
 
 
-def explain(properties: tuple[Normalized, ...], inputs: Arrays, got: Arrays, want: Arrays) -> str:
+def _affine_relation(key: str, got: np.ndarray, want: np.ndarray) -> str:
+    """'`y` is 2 times the correct value' or 'is the correct value shifted by 0.1', when a
+    scale or a shift of the whole output is all that is wrong; '' otherwise."""
+    got, want = got.astype(np.float64).ravel(), want.astype(np.float64).ravel()
+    if got.size < 2 or not (np.all(np.isfinite(got)) and np.all(np.isfinite(want))):
+        return ""
+    norm = float(np.linalg.norm(want))
+    if norm == 0:
+        return ""
+    scale = float(got @ want) / norm**2
+    if np.linalg.norm(got - scale * want) < 1e-3 * norm and abs(scale - 1) > 1e-3:
+        return f"{key} is {scale:.3g} times the correct value, everywhere"
+    shift = float(np.mean(got - want))
+    if np.linalg.norm(got - want - shift) < 1e-3 * norm and abs(shift) > 1e-6:
+        return f"{key} is the correct value shifted by the same {shift:.2g} everywhere"
+    return ""
+
+
+def explain(
+    properties: tuple[Normalized | Invariant, ...], inputs: Arrays, got: Arrays, want: Arrays
+) -> str:
     """The first property of a correct output that `got` violates, in words; '' if none."""
     for key, expected in want.items():
         actual = got.get(key)
         if actual is None or actual.shape != expected.shape:
             continue
+        named = key if " " in key else f"`{key}`"
         for p in properties:
             if key.startswith(p.key):
-                sentence = _sentence(p, key if " " in key else f"`{key}`", inputs, actual, expected)
+                sentence = p.sentence(named, inputs, actual, expected)
                 if sentence:
                     return sentence
+        if np.issubdtype(expected.dtype, np.floating):
+            sentence = _affine_relation(named, actual, expected)
+            if sentence:
+                return sentence
     return ""
 
 
@@ -290,3 +343,55 @@ GROUP_NORM_SETS = Normalized(
 def _channels_per_sample(y: np.ndarray, a: Arrays) -> np.ndarray | None:
     plain = _without_affine(y, a, per_channel=True)
     return None if plain is None else plain.reshape(y.shape[0] * y.shape[1], -1)
+
+
+def _normalized_rows(values: np.ndarray, a: Arrays) -> np.ndarray:
+    return values.reshape(-1, int(np.prod(values.shape[-_trailing_count(a) :])))
+
+
+def _centered_x(a: Arrays) -> np.ndarray:
+    rows = _normalized_rows(a["x"].astype(np.float64), a)
+    return rows - rows.mean(1, keepdims=True)
+
+
+LAYER_NORM_BACKWARD = (
+    Invariant(
+        key="grad_x",
+        unit="row",
+        what="the sum of grad_x over the normalized dims",
+        why="shifting a row of x does not move LayerNorm's output, so its gradient has no "
+        "component along that shift; the term from μ depending on x (−⟨g⟩) is missing or wrong",
+        zero=lambda g, a: _normalized_rows(g.astype(np.float64), a).sum(1),
+    ),
+    Invariant(
+        key="grad_x",
+        unit="row",
+        what="the sum of grad_x·(x − μ) over the normalized dims",
+        why="rescaling a row of x leaves LayerNorm's output (almost) unchanged, so its gradient "
+        "is orthogonal to x − μ; the term from σ depending on x (−x̂⟨g·x̂⟩) is missing or wrong",
+        zero=lambda g, a: (_normalized_rows(g.astype(np.float64), a) * _centered_x(a)).sum(1),
+    ),
+)
+
+
+def _first_training_batch(y: np.ndarray, a: Arrays, per_token: bool) -> np.ndarray | None:
+    """The first step's real tokens, (tokens, features) before the affine, one set per feature
+    (or per token); None if that step is an evaluation."""
+    if not a["training"][0] or y.ndim != 2:
+        return None
+    real = _without_affine(y[: int(a["mask"][0].sum())], a, per_channel=False)
+    return None if real is None else real if per_token else real.T
+
+
+MASKED_BATCH_NORM = Normalized(
+    key="output at real tokens",
+    unit="feature",
+    over="over the real tokens of a training batch, for each feature",
+    sets=lambda y, a: _first_training_batch(y, a, per_token=False),
+    instead=(
+        (
+            "over each token's features (LayerNorm's sets)",
+            lambda y, a: _first_training_batch(y, a, per_token=True),
+        ),
+    ),
+)

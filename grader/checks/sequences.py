@@ -23,6 +23,7 @@ import torch
 
 from grader.checks.core import Arrays, Check, Exercise, Mistake, also_visible
 from grader.checks.probe import tensors
+from grader.checks.properties import MASKED_BATCH_NORM
 from norm_utils import masking as ref
 
 RAISED = "ValueError raised"  # the key a probe returns for the inputs that must be refused
@@ -372,6 +373,7 @@ MASKED_BATCH_NORM = Exercise(
     name="masked_batch_norm",
     reference=ref.masked_batch_norm,
     probe=_probe_masked_bn,
+    properties=(MASKED_BATCH_NORM,),
     forbidden=(
         "masked_batch_norm",
         "batch_norm",
