@@ -111,14 +111,15 @@ def _with_empty_sequences(rng) -> Arrays:
 
 
 def _negative_length(rng) -> Arrays:
+    # -1, the boundary: an answer that lets -1 through but refuses -2 must fail every run
     lengths = rng.integers(1, 6, 4)
-    lengths[rng.integers(4)] = -int(rng.integers(1, 4))
+    lengths[rng.integers(4)] = -1
     return _mask_case(lengths, max_len=6, must_raise=True)
 
 
 def _too_long(rng) -> Arrays:
     lengths = rng.integers(1, 4, 4)
-    lengths[rng.integers(4)] = int(rng.integers(5, 9))
+    lengths[rng.integers(4)] = 5  # max_len + 1, the boundary
     return _mask_case(lengths, max_len=4, must_raise=True)
 
 
