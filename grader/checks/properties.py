@@ -5,9 +5,11 @@ shares one statistic (a row over `normalized_shape`, a group, a channel across t
 output before its affine has mean 0 and a fixed spread. A family of exercises declares how its
 outputs split into those sets (`Normalized`); `explain` measures the student's output set by set
 and says which property fails, where and by how much ("rows 0–3 have mean 0.41 over the
-normalized dims, not 0"). It reports only statistics of the student's own output and ratios to
-a correct output, never an input or an expected value. Outputs with no such property still get
-where and how much they differ (`extent`).
+normalized dims, not 0"). A gradient satisfies the invariances of its function instead
+(`Invariant`: LayerNorm's grad_x sums to 0 over a row, and is orthogonal to x − μ), and any
+output that is the correct one scaled or shifted is said to be. It reports only statistics of
+the student's own output and ratios to a correct output, never an input or an expected value.
+Outputs with no such property still get where and how much they differ (`extent`).
 """
 
 from __future__ import annotations
