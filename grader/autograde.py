@@ -33,9 +33,9 @@ from nbgrader.preprocessors import (
     SaveAutoGrades,
 )
 
-from grader.config import SOLUTIONS, assignments, course_config, use_this_environment
+from grader.config import assignments, course_config, course_source, use_this_environment
 from grader.nbgrader_steps import InjectResults, results_path
-from grader.notebook import read_notebook, restore_metadata, source_notebook
+from grader.notebook import read_notebook, restore_metadata, source_notebook, submitted_bytes
 from grader.sandbox import Sandbox
 from grader.submission import DEFAULT_LIMITS, Limits, grade_notebooks
 
@@ -106,8 +106,11 @@ def discover(submissions: Path) -> list[Task]:
 def fingerprint(task: Task) -> str:
     """The submission's content hash, and the solutions', so a changed answer key regrades."""
     digest = hashlib.sha256()
-    digest.update(task.submission.read_bytes() if task.submission.is_file() else b"<missing>")
-    digest.update((SOLUTIONS / task.assignment / f"{task.assignment}.ipynb").read_bytes())
+    try:
+        digest.update(submitted_bytes(task.submission))
+    except (OSError, ValueError) as error:  # missing or refused: graded as such, stably
+        digest.update(f"<{type(error).__name__}: {error}>".encode())
+    digest.update((course_source() / task.assignment / f"{task.assignment}.ipynb").read_bytes())
     return digest.hexdigest()
 
 
@@ -127,7 +130,7 @@ def prepare(course: Course) -> None:
     use_this_environment()
     api = course.api()
     for assignment in assignments():
-        source = SOLUTIONS / assignment / f"{assignment}.ipynb"
+        source = course_source() / assignment / f"{assignment}.ipynb"
         stamp = course.root / "release" / f".{assignment}.source-sha256"
         digest = hashlib.sha256(source.read_bytes()).hexdigest()
         if stamp.is_file() and stamp.read_text() == digest:

@@ -15,6 +15,7 @@ SANDBOX_PROCESSES = 64  # per sandbox uid: processes and threads a student's cod
 
 
 def _release(args: argparse.Namespace) -> int:
+    _use_source(args)  # an installed grader has no solutions/ to release from
     from grader.release import generate, stale_files
 
     if args.check:
@@ -34,20 +35,29 @@ def _release(args: argparse.Namespace) -> int:
     return 0
 
 
-def _isolation(args: argparse.Namespace, course: Path, submissions: Path):
+def _use_source(args: argparse.Namespace) -> None:
+    """Work from --source (default: the checkout's solutions/); one line, exit 2, and nothing
+    created when it does not hold this course's source notebooks."""
+    from grader.config import MissingSource, use_source
+
+    try:
+        use_source(getattr(args, "source", None))
+    except MissingSource as error:
+        print(f"grader {args.command}: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _isolation(args: argparse.Namespace):
     """The sandbox and limits to grade with; refuses (exit 2) when bubblewrap is missing unless
     the instructor explicitly accepts running student code unsandboxed."""
-    import os
-
-    from grader.sandbox import Sandbox, SandboxUnavailable, secrets_of
+    from grader.sandbox import Sandbox, SandboxUnavailable
     from grader.submission import Limits
 
     limits = Limits(wall_seconds=args.timeout)
     if args.unsafe_no_sandbox:
         return None, limits
-    slots = args.jobs or os.cpu_count() or 1
     try:
-        sandbox = Sandbox(secrets_of(course.resolve(), submissions.resolve()), slots)
+        sandbox = Sandbox()
     except SandboxUnavailable as error:
         raise SystemExit(f"grader: {error}") from None
     return sandbox, Limits(wall_seconds=args.timeout, processes=SANDBOX_PROCESSES)
@@ -56,7 +66,8 @@ def _isolation(args: argparse.Namespace, course: Path, submissions: Path):
 def _autograde(args: argparse.Namespace) -> int:
     from grader.autograde import Course, autograde
 
-    sandbox, limits = _isolation(args, args.course, args.submissions)
+    _use_source(args)
+    sandbox, limits = _isolation(args)
     course = Course(args.course)
     outcomes = autograde(args.submissions, course, args.jobs, args.seed, limits, sandbox)
     skipped = sum(o.skipped for o in outcomes)
@@ -97,6 +108,7 @@ def _demo(args: argparse.Namespace) -> int:
     from grader.report import format_table, write_csv, write_feedback
     from grader.sandbox import available as sandbox_available
 
+    _use_source(args)
     out = args.out.resolve()
     submissions = write_class(out / "submissions")
     course = Course(out / "course")
@@ -104,7 +116,7 @@ def _demo(args: argparse.Namespace) -> int:
     if not sandbox_available():  # the sample class is our own code: safe to run unsandboxed
         print("bubblewrap is not installed: grading the sample class without the sandbox.")
         args.unsafe_no_sandbox = True
-    sandbox, limits = _isolation(args, course.root, submissions)
+    sandbox, limits = _isolation(args)
     print(f"Grading a sample class of {len(students)} students ({submissions}) ...")
     outcomes = autograde(submissions, course, args.jobs, None, limits, sandbox)
     print()
@@ -157,6 +169,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--unsafe-no-sandbox",
         action="store_true",
         help="run student code without bubblewrap (only for code you trust)",
+    )
+    grading.add_argument(
+        "--source",
+        type=Path,
+        metavar="PATH",
+        default=None,
+        help="the course's source notebooks, <assignment>/<assignment>.ipynb with solutions and "
+        "hidden tests (default: solutions/ of the checkout this grader runs from; an installed "
+        "grader holds none)",
     )
 
     autograde = commands.add_parser(

@@ -6,19 +6,21 @@ JSON record); the comparison with the reference and the score happen in this pro
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
 import tempfile
 import zipfile
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import numpy as np
 
 from grader.checks import EXERCISES
 from grader.checks.core import Outputs, StudentError, Verdict, judge, plan
 from grader.checks.integrity import forbidden_uses, integrity_message
+from grader.config import RELEASE
 from grader.notebook import (
     answer_source,
     exercises_of,
@@ -27,8 +29,10 @@ from grader.notebook import (
     source_notebook,
 )
 from grader.sandbox import Sandbox, runner_env
+from grader.untrusted import read_below, write_replacing
 
 MAX_RECORD_BYTES = 1 << 20
+MAX_ARRAYS_BYTES = 64 << 20  # the runner cannot write more (Limits.file_mb)
 
 
 @dataclass(frozen=True)
@@ -65,25 +69,24 @@ def _write_inputs(job: Path, name: str, planned) -> None:
 
 
 def _read_outputs(job: Path, name: str, cases: int) -> tuple[list[Outputs], set[str]]:
-    """The runner's record for one exercise, trusting nothing but its shape."""
-    record_path = job / "out" / f"{name}.json"
-    if not record_path.is_file() or record_path.stat().st_size > MAX_RECORD_BYTES:
+    """The runner's record for one exercise, trusting nothing but its shape (the job folder is
+    the student's: no link, FIFO or oversized file in it is followed, waited on or loaded)."""
+    try:
+        record = json.loads(read_below(job, PurePath("out", f"{name}.json"), MAX_RECORD_BYTES))
+        assert isinstance(record, dict)
+    except FileNotFoundError:
         error = StudentError("crash", f"`{name}` crashed the grading process (no result).")
         return [error] * cases, set()
-    try:
-        record = json.loads(record_path.read_text())
-        assert isinstance(record, dict)
-    except (ValueError, AssertionError, UnicodeDecodeError):
+    except (OSError, ValueError, AssertionError):  # Refused, bad JSON or UTF-8
         error = StudentError("crash", f"`{name}` left a result that is not the runner's.")
         return [error] * cases, set()
     if "load_error" in record:
         kind, message = record["load_error"]
         return [StudentError(str(kind), str(message))] * cases, set()
     errors = record.get("errors", {})
-    try:  # never unpickle: an object array in the file is refused, not loaded
-        with np.load(job / "out" / f"{name}.npz", allow_pickle=False) as data:
-            arrays = {key: data[key] for key in data.files}
-    except (OSError, ValueError, zipfile.BadZipFile):
+    try:
+        arrays = _plain_arrays(read_below(job, PurePath("out", f"{name}.npz"), MAX_ARRAYS_BYTES))
+    except (OSError, ValueError, MemoryError, zipfile.BadZipFile):  # MemoryError: a forged shape
         error = StudentError("crash", f"`{name}` left a result that is not plain arrays.")
         return [error] * cases, set()
     outputs: list[Outputs] = []
@@ -97,6 +100,17 @@ def _read_outputs(job: Path, name: str, cases: int) -> tuple[list[Outputs], set[
     return outputs, {str(c) for c in record.get("calls", [])}
 
 
+def _plain_arrays(npz: bytes) -> dict[str, np.ndarray]:
+    """The arrays of an .npz as the runner writes it (np.savez: stored, not compressed, so they
+    take no more memory than the file). Never unpickled: an object array is refused, not loaded;
+    a compressed member (a zip bomb) is refused unread."""
+    with zipfile.ZipFile(io.BytesIO(npz)) as archive:
+        if any(m.compress_type != zipfile.ZIP_STORED for m in archive.infolist()):
+            raise ValueError("compressed")
+    with np.load(io.BytesIO(npz), allow_pickle=False) as data:
+        return {key: data[key] for key in data.files}
+
+
 def run_job(job: Path, limits: Limits, sandbox: Sandbox | None, cases: int) -> None:
     """Start the runner on `job` (in the sandbox, if any) and wait, killing it if it overruns."""
     command = [sys.executable, "-m", "grader.runner", str(job)]
@@ -105,9 +119,7 @@ def run_job(job: Path, limits: Limits, sandbox: Sandbox | None, cases: int) -> N
     if sandbox is None:
         subprocess.run(command, cwd=job, env=env, timeout=timeout, capture_output=True)
         return
-    with sandbox.slot() as uid:
-        command = sandbox.command(command, job, uid)
-        subprocess.run(command, env=env, timeout=timeout, capture_output=True)
+    subprocess.run(sandbox.command(command, job), env=env, timeout=timeout, capture_output=True)
 
 
 def grade_notebook(
@@ -130,11 +142,15 @@ def grade_notebooks(
     hidden: bool = True,
 ) -> list[list[ExerciseResult]]:
     """One student's notebooks (path, assignment) graded by one runner, which pays Python's and
-    torch's start-up once; each exercise still runs in its own forked, limited process."""
+    torch's start-up once; each exercise still runs in its own forked, limited process.
+
+    The visible checks alone (`grader check`) take the exercises and the imports cell from the
+    student release, so they run where the course source (the answer key) is not installed.
+    """
     verdicts: dict[str, Verdict] = {}
     names_by_notebook, plans, answers, specs = [], {}, {}, []
     for path, assignment in notebooks:
-        source = source_notebook(assignment)
+        source = source_notebook(assignment, None if hidden else RELEASE)
         names = exercises_of(source)
         names_by_notebook.append(names)
         plans.update({n: plan(EXERCISES[n], hidden, seed) for n in names})
@@ -176,9 +192,8 @@ def _run_all(job: Path, specs: list[dict], limits: Limits, sandbox: Sandbox | No
     started run again in a fresh runner, so the honest answers keep their points."""
     remaining = list(specs)
     while remaining:
-        (job / "job.json").write_text(
-            json.dumps({"exercises": remaining, "limits": asdict(limits)})
-        )
+        spec = {"exercises": remaining, "limits": asdict(limits)}
+        write_replacing(job, "job.json", json.dumps(spec).encode())
         try:
             run_job(job, limits, sandbox, len(remaining))
         except subprocess.TimeoutExpired:
