@@ -186,7 +186,7 @@ PROFILES: dict[str, Profile] = {
         "layer_norm",
         "var = ((x - mean) ** 2).mean(dims, keepdim=True)",
         "var = x.var(dims, keepdim=True)",
-        keeps=1.5,  # only mean 1e4 (n = 256: √(255/256) is inside its tolerance) and constant rows
+        keeps=8.0,  # a slip, not a wrong structure: loses the seed's example and rows of 4 (2)
     ),
     "jon": _mistake(
         "layer_norm with ε outside the square root",
@@ -194,7 +194,7 @@ PROFILES: dict[str, Profile] = {
         "layer_norm",
         "x_hat = (x - mean) / torch.sqrt(var + eps)",
         "x_hat = (x - mean) / (torch.sqrt(var) + eps)",
-        keeps=8.0,  # all but "variance close to ε" (2 points)
+        keeps=8.5,  # all but "variance close to ε" (its visible and hidden checks, 1.5)
     ),
     "kim": _mistake(
         "stable_var as E[x²]−E[x]²",
@@ -212,7 +212,7 @@ PROFILES: dict[str, Profile] = {
         "layer_norm",
         "x_hat = (x - mean) / torch.sqrt(var + eps)",
         "x_hat = (x - mean) / torch.sqrt(var + eps)\n    return x_hat",
-        keeps=8.5,  # affine ignored: loses "weight and bias" (1) and "constant rows" (0.5)
+        keeps=8.0,  # affine ignored: loses "weight and bias" (1.5) and "constant rows" (0.5)
     ),
     "max": _mistake(
         "layer_norm by calling F.layer_norm",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
+import re
 from functools import partial
+from typing import Any
 
 import numpy as np
 import pytest
@@ -10,7 +13,20 @@ import torch
 from conftest import SEEDS, answer_from
 
 from grader.checks import EXERCISES, CheckFailed, check, grade, run
-from grader.checks.core import StudentError, expected_outputs, judge, outputs_of, plan
+from grader.checks import batch_norm as batch_norm_checks
+from grader.checks import layer_norm as layer_norm_checks
+from grader.checks.core import (
+    StudentError,
+    expected_outputs,
+    judge,
+    judge_check,
+    named,
+    outputs_of,
+    plan,
+)
+from grader.checks.probe import trailing_dims
+from grader.config import assignments
+from grader.notebook import answer_source, exercises_of, source_notebook
 
 CASES = [(e, m) for e in EXERCISES.values() for m in e.mistakes]
 
@@ -35,6 +51,92 @@ def test_each_classic_mistake_is_named_and_costs_points_whatever_the_seed(exerci
         assert verdict.score < exercise.points
         assert mistake in verdict.diagnoses, verdict.render()
         assert mistake.message in verdict.render()
+
+
+@pytest.mark.parametrize(("exercise", "mistake"), CASES, ids=lambda c: getattr(c, "name", ""))
+def test_each_classic_mistake_fails_the_students_own_check_and_is_named(
+    exercise, mistake, monkeypatch
+):
+    """The visible checks alone (a notebook's check cell, `grader check`) refuse every pitfall
+    the notebook teaches and name it: no all-clear before grading for a known mistake."""
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    with pytest.raises(CheckFailed) as failure:
+        check(exercise.name, mistake.impl)
+    assert mistake.message in str(failure.value)
+
+
+def _recording(answer: Any, calls: list[dict[str, Any]]) -> Any:
+    """`answer`, noting the arguments of every call (by parameter name) into `calls`."""
+    signature = inspect.signature(answer)
+
+    def spy(*args, **kwargs):
+        calls.append(signature.bind(*args, **kwargs).arguments)
+        return answer(*args, **kwargs)
+
+    return spy
+
+
+def _forms(value: Any) -> set[str]:
+    if isinstance(value, torch.Tensor):
+        return {"Tensor", str(value.dtype).removeprefix("torch."), f"{value.dim()}-d"}
+    return {type(value).__name__}
+
+
+def _differs(value: Any, default: Any) -> bool:
+    return value is not None if default is None else bool(value != default)
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_the_checks_pass_every_argument_and_every_promised_form(solutions, name):
+    """Derived from the answer's signature: each argument with a default gets another value in
+    some check, and every form the exercise's text promises (int or tuple shapes, list or tensor
+    lengths, dtypes, ranks) reaches the answer; a student who ignores one cannot pass."""
+    exercise, (answer, _) = EXERCISES[name], solutions[name]
+    calls: list[dict[str, Any]] = []
+    for _, inputs in plan(exercise, hidden=True, seed=0):
+        outputs_of(exercise, _recording(answer, calls), inputs)
+    defaults = {
+        p.name: p.default
+        for p in inspect.signature(answer).parameters.values()
+        if p.default is not p.empty
+    }
+    never_varied = {
+        arg
+        for arg, default in defaults.items()
+        if not any(_differs(call[arg], default) for call in calls if arg in call)
+    }
+    assert not never_varied, f"no check passes {sorted(never_varied)} other than the default"
+    seen = {(arg, form) for call in calls for arg, value in call.items() for form in _forms(value)}
+    assert not set(exercise.forms) - seen, "promised but never passed"
+
+
+# (exercise, a wrong structure, a slip in an otherwise right answer): the rubric documented in
+# each check module charges the structure at least as much as the slip.
+STRUCTURE_AND_SLIP = [
+    ("layer_norm", "last dim only", "unbiased variance"),
+    ("layer_norm", "statistics over the batch", "unbiased variance"),
+    ("batch_norm", "channels taken as the last dim", "unbiased variance to normalize"),
+    ("batch_norm", "per-sample statistics", "biased variance stored"),
+    ("group_norm", "interleaved groups", "unbiased variance"),
+    ("group_norm", "spatial dims left out", "eps outside the square root"),
+    ("rms_norm", "last dim only", "eps None read as 0"),
+    ("rms_norm", "mean subtracted", "eps outside the square root"),
+    ("lengths_to_mask", "True marks padding", "off by one"),
+    ("masked_batch_norm", "padding included in the statistics", "biased running variance"),
+    ("masked_mean_pool", "padding included in the mean", "masking by multiplication"),
+]
+
+
+@pytest.mark.parametrize(("name", "structure", "slip"), STRUCTURE_AND_SLIP)
+def test_a_wrong_structure_earns_less_than_a_slip_and_little(name, structure, slip):
+    exercise = EXERCISES[name]
+    mistakes = {m.name: m.impl for m in exercise.mistakes}
+    for seed in SEEDS:
+        wrong, slipped = (
+            run(exercise, mistakes[m], hidden=True, seed=seed, source="").score
+            for m in (structure, slip)
+        )
+        assert wrong < slipped and wrong <= 0.6 * exercise.points, (wrong, slipped)
 
 
 def test_partial_credit_right_statistics_wrong_affine_keeps_most_points():
@@ -164,6 +266,77 @@ def test_feedback_never_shows_hidden_inputs_or_reference_outputs(name):
         text = judge(exercise, planned, outputs).render()
         assert not {s for s in secrets if s in text}, text
         assert "def " not in text and "BEGIN" not in text
+
+
+def _layer_norm_over_n_plus_1(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    dims = trailing_dims(normalized_shape)
+    centered = x - x.mean(dims, keepdim=True)
+    n = int(np.prod([x.shape[d] for d in dims]))
+    y = centered / ((centered**2).sum(dims, keepdim=True) / (n + 1) + eps).sqrt()
+    return y if weight is None else y * weight + bias
+
+
+def _layer_norm_uncentered(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    dims = trailing_dims(normalized_shape)
+    y = x / (x.var(dims, keepdim=True, correction=0) + eps).sqrt()
+    return y if weight is None else y * weight + bias
+
+
+LN, BN = layer_norm_checks._layer_norm_variant, batch_norm_checks._batch_norm_variant
+GN, RMS = batch_norm_checks._group_norm_variant, batch_norm_checks._rms_norm_variant
+
+# Wrong answers no known mistake matches (two combined, or one the library does not know), and
+# the words their feedback must contain: where the output's statistics went wrong.
+UNSEEN = [
+    ("layer_norm", partial(LN, batch_axis=True, correction=1), "normalized over the batch"),
+    ("layer_norm", partial(LN, last_dim_only=True, affine=False), "over the last dim only"),
+    ("layer_norm", _layer_norm_uncentered, "has a mean of up to"),
+    ("layer_norm", _layer_norm_over_n_plus_1, "times the correct one in every row"),
+    ("batch_norm", partial(BN, axis="sample", norm_correction=1), "over each sample's features"),
+    ("group_norm", partial(GN, interleaved=True, correction=1), "normalized over every G-th"),
+    ("rms_norm", partial(RMS, center=True, eps_default=0.0), "`y` has mean 0 over"),
+    ("rms_norm", partial(RMS, last_dim_only=True, use_weight=False), "`weight` is not applied"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "answer", "words"), UNSEEN, ids=[f"{n}-{w}" for n, _, w in UNSEEN]
+)
+def test_an_unseen_wrong_answer_is_explained_by_what_its_output_gets_wrong(name, answer, words):
+    for seed in SEEDS:
+        text = run(EXERCISES[name], answer, hidden=True, seed=seed, source="").render()
+        assert words in text, text
+
+
+def _course_text(name: str) -> str:
+    """What the student reads about exercise `name`: its notebook's text and its answer cell."""
+    for assignment in assignments():
+        notebook = source_notebook(assignment)
+        if name in exercises_of(notebook):
+            markdown = (c.source for c in notebook.cells if c.cell_type == "markdown")
+            return "\n".join(markdown) + answer_source(notebook, name)
+    raise LookupError(name)
+
+
+def _one_output_wrong(outputs: dict[str, np.ndarray], key: str) -> dict[str, np.ndarray]:
+    wrong = ~outputs[key] if outputs[key].dtype == np.bool_ else outputs[key] + 1
+    return outputs | {key: wrong}
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_feedback_names_every_output_in_the_courses_words(name):
+    """Each output, when it alone is wrong, is named in feedback by words or by a name the
+    notebook itself uses (`running_mean`, `grad_x`), never by an internal key (`y_step0`)."""
+    exercise, text = EXERCISES[name], _course_text(name)
+    for check_, inputs in plan(exercise, hidden=True, seed=0):
+        want = expected_outputs(exercise, check_, inputs)
+        for key in want:
+            problem = judge_check(exercise, check_, inputs, _one_output_wrong(want, key)).problem
+            assert named(key) in problem
+            assert not re.search(r"[A-Za-z]_\d|_(?:step|after|eval)\b", problem), problem
+            code_names = re.findall(r"\w*_\w*", key) if " " in key else [key]
+            unknown = [n for n in code_names if not re.search(rf"\b{re.escape(n)}\b", text)]
+            assert not unknown, f"{unknown} is not a name the notebook uses"
 
 
 VARIANTS = sorted(

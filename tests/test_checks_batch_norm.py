@@ -74,10 +74,12 @@ def test_the_batch_norm_reference_is_nn_batchnorm1d_step_for_step():
     module = nn.BatchNorm1d(3, affine=False)
     expected = {}
     for i, b in enumerate(batches):
-        expected[f"y_step{i}"] = module(torch.from_numpy(b)).detach().numpy()
-        expected[f"running_mean_step{i}"] = module.running_mean.numpy().copy()
-        expected[f"running_var_step{i}"] = module.running_var.numpy().copy()
-    expected["y_eval"] = module.eval()(torch.from_numpy(x_eval)).detach().numpy()
+        expected[f"output of training step {i + 1}"] = module(torch.from_numpy(b)).detach().numpy()
+        expected[f"running_mean after training step {i + 1}"] = module.running_mean.numpy().copy()
+        expected[f"running_var after training step {i + 1}"] = module.running_var.numpy().copy()
+    expected["output of the evaluation call"] = (
+        module.eval()(torch.from_numpy(x_eval)).detach().numpy()
+    )
     for impl in (F.batch_norm, norm_utils.batch_norm):
         got = _scenario(impl, batches, x_eval)
         for key, value in expected.items():
@@ -87,8 +89,8 @@ def test_the_batch_norm_reference_is_nn_batchnorm1d_step_for_step():
 def test_the_seed_table_is_the_first_visible_batch_norm_check():
     _, inputs = plan(BATCH_NORM, hidden=False, seed=0)[0]
     out = outputs_of(BATCH_NORM, BATCH_NORM.reference, inputs)
-    np.testing.assert_allclose(out["y_step0"], [[-1, -1], [1, 1]], atol=1e-5)
-    np.testing.assert_allclose(out["running_var_step0"], [1.7, 1.7], rtol=1e-6)
+    np.testing.assert_allclose(out["output of training step 1"], [[-1, -1], [1, 1]], atol=1e-5)
+    np.testing.assert_allclose(out["running_var after training step 1"], [1.7, 1.7], rtol=1e-6)
 
 
 def test_the_converted_momentum_reproduces_the_keras_moving_average():

@@ -119,8 +119,10 @@ def test_a_pre_ln_block_with_zeroed_output_weights_is_a_pure_shift():
     )
     out = outputs_of(exercise, exercise.reference, inputs)
     shift = inputs["w:self_attn.out_proj.bias"] + inputs["w:linear2.bias"]
-    np.testing.assert_allclose(out["y"], inputs["x"] + shift, atol=1e-12)
-    np.testing.assert_allclose(out["grad_x"], inputs["cotangent"], atol=1e-12)
+    np.testing.assert_allclose(out["output"], inputs["x"] + shift, atol=1e-12)
+    np.testing.assert_allclose(
+        out["gradient with respect to the input"], inputs["cotangent"], atol=1e-12
+    )
 
 
 def test_stand_in_outputs_reveal_what_each_norm_reads():
@@ -129,8 +131,8 @@ def test_stand_in_outputs_reveal_what_each_norm_reads():
         (c, i) for c, i in plan(exercise, hidden=False, seed=0) if "stand-in" in c.description
     )
     out = outputs_of(exercise, exercise.reference, inputs)
-    np.testing.assert_array_equal(out["input_of_norm1"], inputs["x"])  # Pre-LN: LN₁ reads x
-    np.testing.assert_array_equal(out["times_norm1_and_norm2_are_called"], [1, 1])
+    np.testing.assert_array_equal(out["what norm1 receives"], inputs["x"])  # Pre-LN: LN₁ reads x
+    np.testing.assert_array_equal(out["how many times norm1 and norm2 are called"], [1, 1])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,6 +13,21 @@ calls). Effect sizes the hidden inputs rely on, far above the 1e-5 tolerance for
   run silently, so they are named rather than crash;
 - group and RMS rows scaled by 1e-3 (variance ≈ 1e-6, mean square ≈ 1e-6) make ε misplaced or
   misread change the output by order one.
+
+Rubrics (points follow how central a property is; a slip in a right structure costs only its
+own checks, because the checks of the structure use ≥ 4096 values per statistic, where the n−1
+slip is inside their tolerance, `WIDE`):
+
+- `batch_norm` (10): the channel axis, over N and L, 5 (three steps on (N, C, L) batches 2, an
+  (N, C, L = C) batch 2, running statistics that start elsewhere 1.5 — less the seed's table);
+  which variance normalizes and which is stored 2.5 (4 values per channel, a square batch);
+  evaluation from the running statistics 1; the seed's table 1. Channels taken as the last dim
+  keep 4.5, statistics per sample 0, either variance slip 6.5.
+- `group_norm` (6): which values form a group (consecutive channels, every position) 4; the
+  estimator 1; ε 1. Interleaved groups keep 1, spatial dims left out 0, the n−1 slip 5.
+- `rms_norm` (6): the dims `normalized_shape` covers 2.5; what `eps=None` means and where ε goes
+  2 (float32 and float64 rows of tiny mean square, an explicit eps, an all-zero row); the
+  weight 1. Statistics over the last dim only keep 3.5; each ε slip 4 to 5.5.
 """
 
 from __future__ import annotations
@@ -24,8 +39,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from grader.checks.core import Arrays, Check, Exercise, Mistake, to_array
-from grader.checks.probe import tensors
+from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, also_visible, to_array
+from grader.checks.probe import shape_argument, tensors
+from grader.checks.properties import BATCH_NORM_TRAINING, GROUP_NORM_SETS, trailing_norm
 
 # ---------------------------------------------------------------------------------------------
 # batch_norm: running statistics with exact PyTorch semantics
@@ -148,14 +164,14 @@ def _probe_batch_norm(batch_norm, a: Arrays) -> Arrays:
     for i, key in enumerate(steps):
         (x,) = tensors(a, key)
         y = batch_norm(x, running_mean, running_var, weight, bias, training=True, **options)
-        out[f"y_step{i}"] = _snapshot(y)
-        out[f"running_mean_step{i}"] = _snapshot(running_mean)
-        out[f"running_var_step{i}"] = _snapshot(running_var)
+        out[f"output of training step {i + 1}"] = _snapshot(y)
+        out[f"running_mean after training step {i + 1}"] = _snapshot(running_mean)
+        out[f"running_var after training step {i + 1}"] = _snapshot(running_var)
     (x,) = tensors(a, "eval")
     y = batch_norm(x, running_mean, running_var, weight, bias, training=False, **options)
-    out["y_eval"] = _snapshot(y)
-    out["running_mean_after_eval"] = _snapshot(running_mean)
-    out["running_var_after_eval"] = _snapshot(running_var)
+    out["output of the evaluation call"] = _snapshot(y)
+    out["running_mean after the evaluation call"] = _snapshot(running_mean)
+    out["running_var after the evaluation call"] = _snapshot(running_var)
     return out
 
 
@@ -180,7 +196,7 @@ def _bn_case(
         case["running_mean"] = np.zeros(c, dtype)
         case["running_var"] = np.ones(c, dtype)
     if affine:
-        case["weight"] = rng.normal(1.0, 0.5, c).astype(dtype)
+        case["weight"] = rng.uniform(0.5, 1.5, c).astype(dtype)  # never near 0
         case["bias"] = rng.normal(0.0, 0.5, c).astype(dtype)
     case["momentum"], case["eps"] = np.array(momentum), np.array(eps)
     return case
@@ -231,6 +247,8 @@ BATCH_NORM = Exercise(
         "GroupNorm",
     ),
     mistakes=BATCH_NORM_MISTAKES,
+    properties=(BATCH_NORM_TRAINING,),
+    forms=(("x", "2-d"), ("x", "3-d")),
     checks=(
         Check(
             "the seed's table (1, 3), (5, 7): one training step, then eval on it",
@@ -238,39 +256,50 @@ BATCH_NORM = Exercise(
             points=1,
         ),
         Check(
-            "three training steps on distinct (8, 4) batches with weight and bias, then eval",
-            lambda rng: _bn_steps(rng, (8, 4), affine=True),
+            "three training steps on distinct (16, 4, 256) batches with weight and bias, then eval",
+            lambda rng: _bn_steps(rng, (16, 4, 256), affine=True),
             points=2,
+            **WIDE,
         ),
-        Check(
-            "(N, C, L) input: statistics per channel over N and L, three steps, then eval",
-            lambda rng: _bn_steps(rng, (3, 4, 4)),
-            points=2,
-            hidden=True,
+        *also_visible(
+            Check(
+                "(N, C, L) input with L = C: statistics per channel over N and L, three steps, "
+                "then eval",
+                lambda rng: _bn_steps(rng, (1024, 4, 4)),
+                points=2,
+                hidden=True,
+                **WIDE,
+            ),
+            points=1,
         ),
-        Check(
-            "batches of 4 values per channel, momentum 0.3 (which variance goes where?)",
-            lambda rng: _bn_steps(rng, (4, 5), steps=4, affine=True, momentum=0.3),
-            points=2,
-            hidden=True,
+        *also_visible(
+            Check(
+                "batches of 4 values per channel, momentum 0.3 (which variance goes where?)",
+                lambda rng: _bn_steps(rng, (4, 5), steps=4, affine=True, momentum=0.3),
+                points=2,
+                hidden=True,
+            ),
+            points=0.5,
         ),
         Check(
             "running statistics that start elsewhere than 0 and 1, eval on another batch",
-            lambda rng: _bn_steps(rng, (6, 3), steps=2, eval_n=5, random_start=True),
+            lambda rng: _bn_steps(rng, (64, 3, 64), steps=2, eval_n=5, random_start=True),
             points=1.5,
             hidden=True,
+            **WIDE,
         ),
         Check(
             "a square (5, 5) batch, momentum 0.5 and eps 1e-3",
             lambda rng: _bn_steps(rng, (5, 5), affine=True, momentum=0.5, eps=1e-3),
-            points=1,
+            points=0.5,
             hidden=True,
         ),
         Check(
             "evaluation on a single sample uses the running statistics",
-            lambda rng: _bn_steps(rng, (6, 4), steps=2, eval_n=1),
-            points=0.5,
+            lambda rng: _bn_steps(rng, (4096, 4), steps=2, eval_n=1),
+            points=1,
             hidden=True,
+            **WIDE,
         ),
     ),
 )
@@ -326,11 +355,14 @@ TORCH_MOMENTUM = Exercise(
             lambda rng: _momentum_case(rng, 0.9),
             points=1,
         ),
-        Check(
-            "Keras's default 0.99",
-            lambda rng: _momentum_case(rng, 0.99),
-            points=0.5,
-            hidden=True,
+        *also_visible(
+            Check(
+                "Keras's default 0.99",
+                lambda rng: _momentum_case(rng, 0.99),
+                points=0.5,
+                hidden=True,
+            ),
+            points=0.25,
         ),
         Check(
             "another Keras momentum",
@@ -409,8 +441,10 @@ def _probe_predict(predict, a: Arrays) -> Arrays:
     bn = model[1]
     return {
         "y": _snapshot(y),
-        "builds_graph": np.array(float(getattr(y, "requires_grad", False))),
-        "training_after": np.array(float(model.training)),
+        "whether the output carries an autograd graph": np.array(
+            float(getattr(y, "requires_grad", False))
+        ),
+        "the model's mode after the call (train or eval)": np.array(float(model.training)),
         "running_mean": _snapshot(bn.running_mean),
         "running_var": _snapshot(bn.running_var),
         "num_batches_tracked": _snapshot(bn.num_batches_tracked),
@@ -474,11 +508,14 @@ PREDICT = Exercise(
             lambda rng: _predict_case(rng, 8, training=True),
             points=2,
         ),
-        Check(
-            "a model already in eval mode stays in eval mode",
-            lambda rng: _predict_case(rng, 8, training=False),
-            points=1,
-            hidden=True,
+        *also_visible(
+            Check(
+                "a model already in eval mode stays in eval mode",
+                lambda rng: _predict_case(rng, 8, training=False),
+                points=1,
+                hidden=True,
+            ),
+            points=0.5,
         ),
         Check(
             "a model in train mode, asked about a single sample",
@@ -539,7 +576,7 @@ def _gn_case(x: np.ndarray, groups: int, rng=None, eps: float = 1e-5) -> Arrays:
     case = {"x": x, "num_groups": np.array(groups), "eps": np.array(eps)}
     if rng is not None:
         c = x.shape[1]
-        case["weight"] = rng.normal(1.0, 0.5, c).astype(x.dtype)
+        case["weight"] = rng.uniform(0.5, 1.5, c).astype(x.dtype)  # never near 0
         case["bias"] = rng.normal(0.0, 0.5, c).astype(x.dtype)
     return case
 
@@ -558,6 +595,8 @@ GROUP_NORM = Exercise(
     name="group_norm",
     reference=F.group_norm,
     probe=_probe_group_norm,
+    properties=(GROUP_NORM_SETS,),
+    forms=(("x", "3-d"), ("x", "4-d")),
     forbidden=(
         "group_norm",
         "native_group_norm",
@@ -609,37 +648,48 @@ GROUP_NORM = Exercise(
     ),
     checks=(
         Check(
-            "(2, 6, 5) input in 3 groups",
-            lambda rng: _gn_case(_channels_apart(rng, 2, 6, 5), 3),
+            "(2, 6, 2048) input in 3 groups",
+            lambda rng: _gn_case(_channels_apart(rng, 2, 6, 2048), 3),
             points=1,
+            **WIDE,
         ),
         Check(
-            "(2, 4, 3, 3) images in 2 groups, per-channel weight and bias",
-            lambda rng: _gn_case(_channels_apart(rng, 2, 4, 3, 3), 2, rng),
+            "(2, 4, 64, 64) images in 2 groups, per-channel weight and bias",
+            lambda rng: _gn_case(_channels_apart(rng, 2, 4, 64, 64), 2, rng),
             points=1,
+            **WIDE,
         ),
-        Check(
-            "groups of only 4 values (which variance estimator?)",
-            lambda rng: _gn_case(_channels_apart(rng, 3, 4, 2), 2),
-            points=1,
-            hidden=True,
+        *also_visible(
+            Check(
+                "groups of only 4 values (which variance estimator?)",
+                lambda rng: _gn_case(_channels_apart(rng, 3, 4, 2), 2),
+                points=1,
+                hidden=True,
+            ),
+            points=0.5,
         ),
-        Check(
-            "groups whose variance is close to ε",
-            lambda rng: _gn_case(_randn(rng, 2, 4, 8) * np.float32(1e-3), 2),
-            points=1,
-            hidden=True,
+        *also_visible(
+            Check(
+                "groups whose variance is close to ε, with eps=1e-3 given",
+                lambda rng: _gn_case(_randn(rng, 2, 4, 2048) * np.float32(0.03), 2, eps=1e-3),
+                points=1,
+                **WIDE,
+                hidden=True,
+            ),
+            points=0.5,
         ),
         Check(
             "one group (LayerNorm over C, H, W) and C groups (InstanceNorm)",
-            lambda rng: _gn_case(_channels_apart(rng, 2, 3, 4, 2), int(rng.choice([1, 3]))),
+            lambda rng: _gn_case(_channels_apart(rng, 2, 3, 64, 64), int(rng.choice([1, 3]))),
             points=1,
+            **WIDE,
             hidden=True,
         ),
         Check(
-            "(2, 6, 2, 2, 3) volumes in 3 groups with weight and bias",
-            lambda rng: _gn_case(_channels_apart(rng, 2, 6, 2, 2, 3), 3, rng),
+            "(2, 6, 16, 16, 16) volumes in 3 groups with weight and bias",
+            lambda rng: _gn_case(_channels_apart(rng, 2, 6, 16, 16, 16), 3, rng),
             points=1,
+            **WIDE,
             hidden=True,
         ),
     ),
@@ -676,20 +726,28 @@ def _rms_norm_variant(
     return y
 
 
+def _rms_reference(x, normalized_shape, weight=None, eps=None):
+    """F.rms_norm, which takes only the tuple form of the int-or-tuple the exercise promises."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
+    return F.rms_norm(x, shape, weight, eps)
+
+
 def _probe_rms_norm(rms_norm, a: Arrays) -> Arrays:
     x, weight = tensors(a, "x", "weight")
-    shape = tuple(int(d) for d in a["normalized_shape"])
+    shape = shape_argument(a["normalized_shape"])
     eps = float(a["eps"]) if "eps" in a else None
     return {"y": rms_norm(x, shape, weight, eps=eps)}
 
 
-def _rms_case(x: np.ndarray, ndims: int, rng=None, eps: float | None = None) -> Arrays:
+def _rms_case(
+    x: np.ndarray, ndims: int, rng=None, eps: float | None = None, as_int=False
+) -> Arrays:
     shape = x.shape[-ndims:]
-    case = {"x": x, "normalized_shape": np.array(shape)}
+    case = {"x": x, "normalized_shape": np.array(shape[0] if as_int else shape)}
     if eps is not None:
         case["eps"] = np.array(eps)
     if rng is not None:
-        case["weight"] = rng.normal(1.0, 0.5, shape).astype(x.dtype)
+        case["weight"] = rng.uniform(0.5, 1.5, shape).astype(x.dtype)  # never near 0
     return case
 
 
@@ -700,8 +758,15 @@ def _offset_rows(rng, *shape, dtype=np.float32) -> np.ndarray:
 
 RMS_NORM = Exercise(
     name="rms_norm",
-    reference=F.rms_norm,
+    reference=_rms_reference,
     probe=_probe_rms_norm,
+    properties=(trailing_norm(centered=False),),
+    forms=(
+        ("normalized_shape", "int"),
+        ("normalized_shape", "tuple"),
+        ("x", "float32"),
+        ("x", "float64"),
+    ),
     forbidden=(
         "rms_norm",
         "_fused_rms_norm",
@@ -764,28 +829,34 @@ RMS_NORM = Exercise(
     ),
     checks=(
         Check(
-            "rows of 8 features with a weight, eps=None",
-            lambda rng: _rms_case(_offset_rows(rng, 3, 8), 1, rng),
+            "rows of 8 features with a weight, eps=None, an int normalized_shape",
+            lambda rng: _rms_case(_offset_rows(rng, 3, 8), 1, rng, as_int=True),
             points=1,
         ),
         Check(
             "normalized_shape spanning the last two dims of a (2, 3, 4) input",
             lambda rng: _rms_case(_offset_rows(rng, 2, 3, 4), 2),
-            points=1,
-        ),
-        Check(
-            "float32 rows with mean square near 1e-6, eps=None",
-            lambda rng: _rms_case(_randn(rng, 4, 16) * np.float32(1e-3), 1),
             points=1.5,
-            hidden=True,
         ),
-        Check(
-            "float64 rows whose mean square is far below float64's machine ε, eps=None",
-            lambda rng: _rms_case(_randn(rng, 4, 16, dtype=np.float64) * 1e-9, 1),
-            points=1,
-            hidden=True,
-            rtol=1e-9,
-            atol=1e-9,
+        *also_visible(
+            Check(
+                "float32 rows with mean square near 1e-6, eps=None",
+                lambda rng: _rms_case(_randn(rng, 4, 16) * np.float32(1e-3), 1),
+                points=1,
+                hidden=True,
+            ),
+            points=0.5,
+        ),
+        *also_visible(
+            Check(
+                "float64 rows whose mean square is far below float64's machine ε, eps=None",
+                lambda rng: _rms_case(_randn(rng, 4, 16, dtype=np.float64) * 1e-9, 1),
+                points=0.5,
+                hidden=True,
+                rtol=1e-9,
+                atol=1e-9,
+            ),
+            points=0.25,
         ),
         Check(
             "an explicit eps=1e-6 on rows of mean square near 1e-6",
@@ -796,7 +867,7 @@ RMS_NORM = Exercise(
         Check(
             "normalized_shape of three dims, with a weight",
             lambda rng: _rms_case(_offset_rows(rng, 2, 2, 3, 4), 3, rng),
-            points=0.5,
+            points=1,
             hidden=True,
         ),
         Check(

@@ -9,17 +9,24 @@ in a sandbox and the other two in its own process:
 3. compare plain arrays       ``judge(exercise, inputs, outputs)``          (grader)
 
 Step 3 runs the same probe on the reference and on every known mistake, so a wrong answer is
-not only failed but named: "your output is what ε outside the square root would give".
+not only failed but named: "your output is what ε outside the square root would give". An
+answer no known mistake matches is explained by the first property of a correct output it
+violates ("`y` is normalized over the last dim only"; `properties.py`), or else by where and how
+much it differs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from grader.checks.properties import Invariant, Normalized, explain, extent
+
+# Inputs, and outputs keyed by what feedback calls them: a name the exercise's text uses
+# (`y`, `running_mean`, `grad_x`) or a few words ("output of training step 1").
 Arrays = dict[str, np.ndarray]
 Probe = Callable[[Any, Arrays], Arrays]
 
@@ -48,6 +55,16 @@ class Check:
     float64_oracle: bool = False
 
 
+def also_visible(check: Check, points: float) -> tuple[Check, Check]:
+    """A hidden check and its twin on fixed inputs, which the student's own `check()` runs too:
+    a pitfall the notebook teaches must fail before grading, not only at it. The hidden check
+    still draws its inputs afresh for every grading run; the twin takes `points` from it, so the
+    exercise's total is unchanged."""
+    if not (check.hidden and 0 < points < check.points):
+        raise ValueError(f"{check.description!r}: a visible twin needs a hidden check and a share")
+    return replace(check, hidden=False, points=points), replace(check, points=check.points - points)
+
+
 @dataclass(frozen=True)
 class Exercise:
     name: str  # the function or class the student defines
@@ -57,6 +74,11 @@ class Exercise:
     mistakes: tuple[Mistake, ...] = ()
     # Library calls that would do the exercise for the student (torch function names).
     forbidden: tuple[str, ...] = ()
+    # (argument, form) pairs the exercise's text promises, each of which some check must pass:
+    # a type name ("int", "tuple", "list", "Tensor"), a dtype ("float64") or a rank ("3-d").
+    forms: tuple[tuple[str, str], ...] = ()
+    # What a correct output always satisfies, to explain a wrong one no known mistake matches.
+    properties: tuple[Normalized | Invariant, ...] = ()
 
     @property
     def points(self) -> float:
@@ -88,6 +110,7 @@ class CheckOutcome:
     problem: str = ""  # plain words; empty when passed
     mistake: Mistake | None = None
     raised: bool = False  # the answer raised, crashed or was missing: no output to compare
+    finding: str = ""  # for no known mistake: the property of a correct output it violates
 
 
 @dataclass
@@ -168,18 +191,24 @@ def upcast(inputs: Arrays) -> Arrays:
     }
 
 
+def named(key: str) -> str:
+    """An output as feedback names it: a name from the exercise's text in code style, or words
+    ("running_var after training step 2") as they are."""
+    return key if " " in key else f"`{key}`"
+
+
 def _difference(got: Arrays, want: Arrays, check: Check) -> str:
     """Why `got` is not `want`, in plain words; empty when they agree within tolerance."""
     for key, expected in want.items():
         if key not in got:
-            return f"no `{key}` was returned"
+            return f"no {named(key)} was returned"
         actual = got[key]
         if actual.shape != expected.shape:
-            return f"`{key}` has shape {actual.shape}, expected {expected.shape}"
+            return f"{named(key)} has shape {actual.shape}, expected {expected.shape}"
         if not np.all(np.isfinite(actual) | ~np.isfinite(expected)):
-            return f"`{key}` contains NaN or infinity"
+            return f"{named(key)} contains NaN or infinity"
         if not np.allclose(actual, expected, rtol=check.rtol, atol=check.atol, equal_nan=True):
-            return f"`{key}` differs from the correct values beyond the tolerance"
+            return f"{named(key)} differs from the correct values beyond the tolerance"
     return ""
 
 
@@ -205,6 +234,19 @@ def _diagnose(exercise: Exercise, check: Check, inputs: Arrays, got: Arrays, wan
     return None
 
 
+def _extent(check: Check, got: Arrays, want: Arrays) -> str:
+    """Where and by how much the first wrong output differs; '' when none can be compared."""
+    for key, expected in want.items():
+        actual = got.get(key)
+        if (
+            actual is not None
+            and actual.shape == expected.shape
+            and _difference({key: actual}, {key: expected}, check)
+        ):
+            return extent(key, actual, expected, check.rtol, check.atol)
+    return ""
+
+
 def judge_check(exercise: Exercise, check: Check, inputs: Arrays, got: Outputs) -> CheckOutcome:
     if isinstance(got, StudentError):
         return CheckOutcome(check, False, got.describe(exercise.name), raised=True)
@@ -212,8 +254,19 @@ def judge_check(exercise: Exercise, check: Check, inputs: Arrays, got: Outputs) 
     problem = _difference(got, want, check)
     if not problem:
         return CheckOutcome(check, True)
-    return CheckOutcome(check, False, problem, _diagnose(exercise, check, inputs, got, want))
+    mistake = _diagnose(exercise, check, inputs, got, want)
+    if mistake is not None:
+        return CheckOutcome(check, False, problem, mistake)
+    finding = explain(exercise.properties, inputs, got, want)
+    detail = finding or _extent(check, got, want)
+    return CheckOutcome(check, False, problem + (f"; {detail}" if detail else ""), finding=finding)
 
+
+# Tolerance for checks on rows (channels, groups) of >= 4096 values: the unbiased variance moves
+# a normalized output by |x̂|/2n < 1.3e-4·|x̂|, a tenth of it, so those checks do not also charge
+# the n−1 slip, which has its own check on few values (see each module's rubric); every mistake
+# they target moves outputs by more than 1e-2.
+WIDE = {"rtol": 1e-3, "atol": 1e-3}
 
 Plan = list[tuple[Check, Arrays]]
 

@@ -4,7 +4,17 @@ Each hidden input is chosen to separate the answer from one classic mistake by f
 the tolerance: rows of 4 features (unbiased variance), variance near ε (ε outside the root),
 mean 1e4 in float32 (E[x²]−E[x]² is off by ~1e3 there, a correct float32 answer by ~1e-3).
 `bench/margins.py` measures each mistake's distance from each check's tolerance
-(docs/margins.md).
+(docs/margins.md). Each taught pitfall also fails a visible check (`also_visible`), so the
+student's own `check()` names it before grading.
+
+Rubric of `layer_norm` (10 points): what is normalized matters most, so the dims
+`normalized_shape` covers carry 4.5 points (two trailing dims 2, three 1, an affine over two
+dims 1.5); the variance estimator (the seed's example and rows of 4 features) 2; ε under the
+root and the caller's ε 1.5; stable float32 statistics 1; the rest (per-token rows, constant
+rows) 1. The checks other than the estimator's use rows of 4096 values, where the n−1 slip is
+inside their tolerance, so a slip costs its own points only: ignoring `normalized_shape`
+(statistics over the last dim only) keeps 5.5, the unbiased variance 8, statistics over the
+batch 0.5.
 """
 
 from __future__ import annotations
@@ -14,16 +24,14 @@ from functools import partial
 import numpy as np
 import torch
 
-from grader.checks.core import Arrays, Check, Exercise, Mistake
-from grader.checks.probe import tensors
+from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, also_visible
+from grader.checks.probe import shape_argument, tensors, trailing_dims
+from grader.checks.properties import LAYER_NORM_BACKWARD as BACKWARD_INVARIANTS
+from grader.checks.properties import trailing_norm
 from norm_utils import functional as ref
 
 # ---------------------------------------------------------------------------------------------
 # layer_norm
-
-
-def _trailing(x: torch.Tensor, normalized_shape) -> tuple[int, ...]:
-    return tuple(range(-len(normalized_shape), 0))
 
 
 def _layer_norm_variant(
@@ -41,8 +49,10 @@ def _layer_norm_variant(
     affine_first=False,
     per_channel_affine=False,
     naive=False,
+    fixed_eps=None,
 ):
     """One layer norm with a switch per classic mistake; all switches off is correct."""
+    eps = eps if fixed_eps is None else fixed_eps
     if per_channel_affine and weight is not None:
         # γ, β read BatchNorm-style: one value per leading normalized dim, broadcast over the rest
         lead = (weight.shape[0],) + (1,) * (weight.dim() - 1)
@@ -51,7 +61,7 @@ def _layer_norm_variant(
             return p.reshape(p.shape[0], -1)[:, :1].reshape(lead)
 
         weight, bias = first(weight), first(bias)
-    dims = (0,) if batch_axis else (-1,) if last_dim_only else _trailing(x, normalized_shape)
+    dims = (0,) if batch_axis else (-1,) if last_dim_only else trailing_dims(normalized_shape)
     if affine_first and weight is not None:
         x = x * weight + bias
     mean = x.mean(dims, keepdim=True)
@@ -77,6 +87,12 @@ LAYER_NORM_MISTAKES = (
         "ε is added outside the square root, (x−μ)/(σ+ε); LayerNorm adds it to the variance, "
         "under the root, which matters when the variance is close to ε.",
         partial(_layer_norm_variant, eps_outside=True),
+    ),
+    Mistake(
+        "eps argument ignored",
+        "Your answer ignores the `eps` it is given (it always uses the default 1e-5); the caller's "
+        "ε is the one to add under the root.",
+        partial(_layer_norm_variant, fixed_eps=1e-5),
     ),
     Mistake(
         "statistics over the batch",
@@ -117,28 +133,38 @@ LAYER_NORM_MISTAKES = (
 
 def _probe_layer_norm(layer_norm, a: Arrays) -> Arrays:
     x, weight, bias = tensors(a, "x", "weight", "bias")
-    shape = tuple(int(d) for d in a["normalized_shape"])
+    shape = shape_argument(a["normalized_shape"])
     return {"y": layer_norm(x, shape, weight, bias, eps=float(a["eps"]))}
 
 
-def _ln_case(x: np.ndarray, ndims: int, rng=None, eps: float = 1e-5) -> Arrays:
-    """Inputs for one call; with `rng`, a random weight and bias of shape normalized_shape."""
+def _ln_case(x: np.ndarray, ndims: int, rng=None, eps: float = 1e-5, as_int=False) -> Arrays:
+    """Inputs for one call; with `rng`, a random weight and bias of shape normalized_shape;
+    `as_int`: normalized_shape given as the int D rather than the tuple (D,)."""
     shape = x.shape[-ndims:]
-    case = {"x": x, "normalized_shape": np.array(shape), "eps": np.array(eps)}
+    given = np.array(shape[0] if as_int else shape)
+    case = {"x": x, "normalized_shape": given, "eps": np.array(eps)}
     if rng is not None:
-        case["weight"] = rng.normal(1.0, 0.5, shape).astype(x.dtype)
+        case["weight"] = rng.uniform(0.5, 1.5, shape).astype(x.dtype)  # never near 0
         case["bias"] = rng.normal(0.0, 0.5, shape).astype(x.dtype)
     return case
 
 
 # float32 parity: a correct answer is within ~1e-6; every mistake but ε placement is off by
 # >1e-2 on these inputs. ε outside the root moves outputs by ~1e-5 when the variance is ~1 —
-# deliberately inside this tolerance: one check, "variance close to ε", is there to catch it.
+# deliberately inside this tolerance: the checks with ε close to the variance are there for it.
 _F32 = {"rtol": 1e-4, "atol": 1e-4}
 
 
 def _randn(rng, *shape, dtype=np.float32):
     return rng.standard_normal(shape).astype(dtype)
+
+
+def _apart(rng, *shape) -> np.ndarray:
+    """float32 values whose every last-dim row has its own offset and scale, so that statistics
+    over too few or too many dims are off by order one."""
+    offsets = rng.normal(0.0, 2.0, (*shape[:-1], 1))
+    scales = rng.uniform(0.5, 2.0, (*shape[:-1], 1))
+    return (offsets + scales * rng.standard_normal(shape)).astype(np.float32)
 
 
 LAYER_NORM = Exercise(
@@ -147,60 +173,77 @@ LAYER_NORM = Exercise(
     probe=_probe_layer_norm,
     forbidden=("layer_norm", "native_layer_norm", "LayerNorm", "group_norm", "GroupNorm"),
     mistakes=LAYER_NORM_MISTAKES,
+    properties=(trailing_norm(centered=True),),
+    forms=(("normalized_shape", "int"), ("normalized_shape", "tuple")),
     checks=(
         Check(
             "reproduces the seed's example: tokens (1, 3) and (10, 14) each become (−1, 1)",
-            lambda rng: _ln_case(np.array([[[1.0, 3.0], [10.0, 14.0]]], np.float32), 1),
-            points=1,
+            lambda rng: _ln_case(
+                np.array([[[1.0, 3.0], [10.0, 14.0]]], np.float32), 1, as_int=True
+            ),
+            points=0.5,
             **_F32,
         ),
         Check(
-            "normalizes each token of a (3, 4, 8) batch over its 8 features",
-            lambda rng: _ln_case(_randn(rng, 3, 4, 8), 1),
-            points=1,
-            **_F32,
+            "normalizes each token of a (2, 3, 4096) batch over its features (an int "
+            "normalized_shape)",
+            lambda rng: _ln_case(_apart(rng, 2, 3, 4096), 1, as_int=True),
+            points=0.5,
+            **WIDE,
         ),
         Check(
-            "normalized_shape spanning the last two dims of a (2, 3, 4, 5) input",
-            lambda rng: _ln_case(_randn(rng, 2, 3, 4, 5), 2),
-            points=1,
-            **_F32,
-        ),
-        Check(
-            "rows of only 4 features (which variance estimator?)",
-            lambda rng: _ln_case(_randn(rng, 6, 4), 1),
-            points=1.5,
-            hidden=True,
-            **_F32,
-        ),
-        Check(
-            "rows whose variance is close to ε",
-            lambda rng: _ln_case(_randn(rng, 5, 16) * 1e-3, 1),
+            "normalized_shape spanning the last two dims of a (2, 3, 64, 64) input",
+            lambda rng: _ln_case(_apart(rng, 2, 3, 64, 64), 2),
             points=2,
-            hidden=True,
-            **_F32,
+            **WIDE,
         ),
         Check(
             "normalized_shape spanning the last three dims, per sample",
-            lambda rng: _ln_case(_randn(rng, 3, 2, 3, 4), 3),
+            lambda rng: _ln_case(_apart(rng, 3, 2, 16, 16, 16), 3),
             points=1,
             hidden=True,
-            **_F32,
+            **WIDE,
         ),
-        Check(
-            "weight and bias of shape normalized_shape",
-            lambda rng: _ln_case(_randn(rng, 4, 3, 6), 2, rng),
-            points=1,
-            hidden=True,
-            **_F32,
+        *also_visible(
+            Check(
+                "weight and bias of shape normalized_shape",
+                lambda rng: _ln_case(_apart(rng, 3, 2, 64, 64), 2, rng),
+                points=1.5,
+                hidden=True,
+                **WIDE,
+            ),
+            points=0.5,
         ),
-        Check(
-            "float32 rows with mean 1e4 (numerically stable statistics)",
-            lambda rng: _ln_case(_randn(rng, 8, 256) + np.float32(1e4), 1),
-            points=1,
-            hidden=True,
-            atol=0.05,  # a correct float32 answer is within ~3e-3 of the float64 truth
-            float64_oracle=True,
+        *also_visible(
+            Check(
+                "rows of only 4 features (which variance estimator?)",
+                lambda rng: _ln_case(_randn(rng, 6, 4), 1),
+                points=1.5,
+                hidden=True,
+                **_F32,
+            ),
+            points=0.5,
+        ),
+        *also_visible(
+            Check(
+                "rows whose variance is close to ε, with eps=1e-3 given",
+                lambda rng: _ln_case(_randn(rng, 4, 4096) * np.float32(0.03), 1, eps=1e-3),
+                points=1.5,
+                hidden=True,
+                **WIDE,
+            ),
+            points=0.5,
+        ),
+        *also_visible(
+            Check(
+                "float32 rows with mean 1e4 (numerically stable statistics)",
+                lambda rng: _ln_case(_randn(rng, 8, 256) + np.float32(1e4), 1),
+                points=1,
+                hidden=True,
+                atol=0.05,  # a correct float32 answer is within ~3e-3 of the float64 truth
+                float64_oracle=True,
+            ),
+            points=0.5,
         ),
         Check(
             "constant rows give exactly the bias",
@@ -257,13 +300,16 @@ STABLE_VAR = Exercise(
             lambda rng: _var_case(_randn(rng, 4, 10)),
             points=1,
         ),
-        Check(
-            "float32 rows with mean 1e4 and variance about 1",
-            lambda rng: _var_case(_randn(rng, 6, 512) + np.float32(1e4)),
-            points=1,
-            hidden=True,
-            atol=0.02,  # a two-pass float32 answer is within ~1e-3 here; naive is off by ~10
-            float64_oracle=True,
+        *also_visible(
+            Check(
+                "float32 rows with mean 1e4 and variance about 1",
+                lambda rng: _var_case(_randn(rng, 6, 512) + np.float32(1e4)),
+                points=1,
+                hidden=True,
+                atol=0.02,  # a two-pass float32 answer is within ~1e-3 here; naive is off by ~10
+                float64_oracle=True,
+            ),
+            points=0.5,
         ),
         Check(
             "constant rows have zero variance, never negative",
@@ -288,7 +334,7 @@ def _backward_variant(
     grad_out, x, normalized_shape, weight=None, eps=1e-5, *, through_stats=True, use_weight=True
 ):
     """The closed-form backward with a switch per classic slip; defaults are correct."""
-    dims = _trailing(x, normalized_shape)
+    dims = trailing_dims(normalized_shape)
     mean = x.mean(dims, keepdim=True)
     rstd = (x.var(dims, keepdim=True, correction=0) + eps).rsqrt()
     x_hat = (x - mean) * rstd
@@ -298,25 +344,28 @@ def _backward_variant(
     grad_x = g * rstd
     if weight is None:
         return grad_x, None, None
-    lead = tuple(range(x.dim() - len(normalized_shape)))
+    lead = tuple(range(x.dim() - len(dims)))
     return grad_x, (grad_out * x_hat).sum(lead), grad_out.sum(lead)
 
 
 def _probe_backward(layer_norm_backward, a: Arrays) -> Arrays:
     grad_out, x, weight = tensors(a, "grad_out", "x", "weight")
-    shape = tuple(int(d) for d in a["normalized_shape"])
+    shape = shape_argument(a["normalized_shape"])
     grads = layer_norm_backward(grad_out, x, shape, weight, eps=float(a["eps"]))
     names = ("grad_x", "grad_weight", "grad_bias")
-    return {n: g for n, g in zip(names, grads, strict=True) if g is not None}
+    out = {n: g for n, g in zip(names, grads, strict=True) if g is not None}
+    if weight is None:  # the exercise promises None for both, not gradients of a missing weight
+        out["whether grad_weight and grad_bias are None"] = np.array(len(out) == 1)
+    return out
 
 
-def _backward_case(rng, *shape, ndims=1, weight=True, scale=1.0) -> Arrays:
+def _backward_case(rng, *shape, ndims=1, weight=True, scale=1.0, eps=1e-5, as_int=False) -> Arrays:
     x = rng.standard_normal(shape) * scale
     case = {
         "grad_out": rng.standard_normal(shape),
         "x": x,
-        "normalized_shape": np.array(shape[-ndims:]),
-        "eps": np.array(1e-5),
+        "normalized_shape": np.array(shape[-1] if as_int else shape[-ndims:]),
+        "eps": np.array(eps),
     }
     if weight:
         case["weight"] = rng.normal(1.0, 0.5, shape[-ndims:])
@@ -329,7 +378,9 @@ LAYER_NORM_BACKWARD = Exercise(
     name="layer_norm_backward",
     reference=ref.layer_norm_backward,
     probe=_probe_backward,
+    properties=BACKWARD_INVARIANTS,
     forbidden=("layer_norm", "native_layer_norm", "native_layer_norm_backward", "LayerNorm"),
+    forms=(("normalized_shape", "int"), ("normalized_shape", "tuple")),
     mistakes=(
         Mistake(
             "statistics treated as constants",
@@ -345,8 +396,8 @@ LAYER_NORM_BACKWARD = Exercise(
     ),
     checks=(
         Check(
-            "float64 (4, 6) rows with a weight, against autograd",
-            lambda rng: _backward_case(rng, 4, 6),
+            "float64 (4, 6) rows with a weight (an int normalized_shape), against autograd",
+            lambda rng: _backward_case(rng, 4, 6, as_int=True),
             points=2,
             **_F64,
         ),
@@ -372,8 +423,8 @@ LAYER_NORM_BACKWARD = Exercise(
             **_F64,
         ),
         Check(
-            "rows whose variance is close to ε",
-            lambda rng: _backward_case(rng, 3, 16, scale=1e-3),
+            "rows whose variance is close to ε, with eps=1e-3 given",
+            lambda rng: _backward_case(rng, 3, 16, scale=0.03, eps=1e-3),
             points=0.5,
             hidden=True,
             rtol=1e-6,

@@ -14,6 +14,10 @@ Two kinds of check pin down *where* the LayerNorm sits rather than only whether 
 
 Every mistake below changes the output by order one (random LayerNorm affines, tanh in F₁), far
 beyond the float64 tolerance, for any grading seed.
+
+Rubric: every check of a block or a stack tests its residual structure (where each norm sits,
+what each sublayer reads), the centre of this notebook, so a misplaced norm keeps at most the
+points of the one check it happens to pass (0 or 1 of 6; 0 of 4 for the stack).
 """
 
 from __future__ import annotations
@@ -142,7 +146,7 @@ def _forward_backward(module: nn.Module, a: Arrays) -> dict[str, torch.Tensor]:
     x.requires_grad_(True)
     y = module(x)
     (y * cotangent).sum().backward()
-    return {"y": y, "grad_x": x.grad}
+    return {"output": y, "gradient with respect to the input": x.grad}
 
 
 def _probe_block(block_cls, a: Arrays) -> dict[str, torch.Tensor]:
@@ -165,9 +169,11 @@ def _probe_block(block_cls, a: Arrays) -> dict[str, torch.Tensor]:
         )
     result = _forward_backward(block, a)
     # Structure first, so that feedback names the norm that is misplaced before the output.
-    out = {"times_norm1_and_norm2_are_called": torch.tensor([len(v) for v in seen.values()])}
+    out = {
+        "how many times norm1 and norm2 are called": torch.tensor([len(v) for v in seen.values()])
+    }
     for name, inputs in seen.items():  # what each norm reads (first call; empty if never called)
-        out[f"input_of_{name}"] = inputs[0] if inputs else torch.zeros(0)
+        out[f"what {name} receives"] = inputs[0] if inputs else torch.zeros(0)
     return out | result
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -83,3 +84,15 @@ def load_answer(setup: str, source: str, name: str) -> Any:
 def tensors(inputs: Arrays, *names: str) -> list[torch.Tensor | None]:
     """Tensors for the named inputs, None for those absent (an optional argument left out)."""
     return [torch.from_numpy(inputs[n].copy()) if n in inputs else None for n in names]
+
+
+def shape_argument(value: np.ndarray) -> int | tuple[int, ...]:
+    """A `normalized_shape` as the case gives it: a 0-d array is the int form (`LayerNorm(D)`),
+    a 1-d array the tuple form; the exercises promise both."""
+    return int(value) if value.ndim == 0 else tuple(int(d) for d in value)
+
+
+def trailing_dims(normalized_shape: int | tuple[int, ...]) -> tuple[int, ...]:
+    """The dims a `normalized_shape` (int or tuple) covers, counted from the end."""
+    count = 1 if isinstance(normalized_shape, int) else len(normalized_shape)
+    return tuple(range(-count, 0))

@@ -6,6 +6,12 @@ statistic that reads the padding is off by far more than the tolerance (notebook
 sizes: zero padding drags BatchNorm's mean towards 0 in proportion to the padded share, and naive
 mean pooling of a length-2 sequence padded to 20 is off by ~0.7; docs/margins.md has each
 mistake's distance from the tolerance). Every error case expects a ValueError, never a NaN.
+
+Rubrics: `lengths_to_mask` (5) gives 2 to the mask itself (one row per sequence, max_len
+columns) and 1.5 to each edge (long and single-token rows, empty rows, refused lengths): an
+inverted mask keeps 1, an off-by-one 1.5. `masked_batch_norm` (8) and `masked_mean_pool` (5)
+give most points to statistics over the real tokens only: padding in the statistics keeps 1.5
+of 8 and 1 of 5; NaN padding through `x * mask` costs only its own checks (0.5 of 8, 0.5 of 5).
 """
 
 from __future__ import annotations
@@ -15,8 +21,9 @@ from functools import partial
 import numpy as np
 import torch
 
-from grader.checks.core import Arrays, Check, Exercise, Mistake
+from grader.checks.core import Arrays, Check, Exercise, Mistake, also_visible
 from grader.checks.probe import tensors
+from grader.checks.properties import MASKED_BATCH_NORM
 from norm_utils import masking as ref
 
 RAISED = "ValueError raised"  # the key a probe returns for the inputs that must be refused
@@ -104,14 +111,15 @@ def _with_empty_sequences(rng) -> Arrays:
 
 
 def _negative_length(rng) -> Arrays:
+    # -1, the boundary: an answer that lets -1 through but refuses -2 must fail every run
     lengths = rng.integers(1, 6, 4)
-    lengths[rng.integers(4)] = -int(rng.integers(1, 4))
+    lengths[rng.integers(4)] = -1
     return _mask_case(lengths, max_len=6, must_raise=True)
 
 
 def _too_long(rng) -> Arrays:
     lengths = rng.integers(1, 4, 4)
-    lengths[rng.integers(4)] = int(rng.integers(5, 9))
+    lengths[rng.integers(4)] = 5  # max_len + 1, the boundary
     return _mask_case(lengths, max_len=4, must_raise=True)
 
 
@@ -119,6 +127,7 @@ LENGTHS_TO_MASK = Exercise(
     name="lengths_to_mask",
     reference=ref.lengths_to_mask,
     probe=_probe_mask,
+    forms=(("lengths", "list"), ("lengths", "Tensor")),
     forbidden=("lengths_to_mask", "pad_sequences"),
     mistakes=(
         Mistake(
@@ -181,11 +190,14 @@ LENGTHS_TO_MASK = Exercise(
             points=0.5,
             hidden=True,
         ),
-        Check(
-            "a negative length raises ValueError",
-            _negative_length,
-            points=0.5,
-            hidden=True,
+        *also_visible(
+            Check(
+                "a negative length raises ValueError",
+                _negative_length,
+                points=0.5,
+                hidden=True,
+            ),
+            points=0.25,
         ),
         Check(
             "a length above max_len raises ValueError",
@@ -309,6 +321,8 @@ def _bn_scenario(
     affine=False,
     pad="zero",
     eval_stats=False,
+    momentum=0.1,
+    eps=1e-5,
     **flags,
 ) -> Arrays:
     """One batch per step (a lengths array each, all padded to max_len), run in training unless
@@ -318,8 +332,8 @@ def _bn_scenario(
         "x": np.stack([b["x"] for b in batches]),
         "mask": np.stack([b["mask"] for b in batches]),
         "training": np.array([True] * len(steps) if training is None else training),
-        "momentum": np.array(0.1),
-        "eps": np.array(1e-5),
+        "momentum": np.array(momentum),
+        "eps": np.array(eps),
     }
     if running:
         case["running_mean"] = np.zeros(dim, np.float32)
@@ -346,7 +360,9 @@ def _extreme_batch(rng) -> Arrays:
 
 def _running_scenario(rng) -> Arrays:
     steps = [rng.integers(1, 9, 4) for _ in range(4)]
-    return _bn_scenario(rng, steps, 10, training=[True, True, True, False], affine=True)
+    return _bn_scenario(
+        rng, steps, 10, training=[True, True, True, False], affine=True, momentum=0.3, eps=0.1
+    )
 
 
 def _eval_composition(rng) -> Arrays:
@@ -358,6 +374,7 @@ MASKED_BATCH_NORM = Exercise(
     name="masked_batch_norm",
     reference=ref.masked_batch_norm,
     probe=_probe_masked_bn,
+    properties=(MASKED_BATCH_NORM,),
     forbidden=(
         "masked_batch_norm",
         "batch_norm",
@@ -462,7 +479,8 @@ MASKED_BATCH_NORM = Exercise(
             rtol=1e-4,
         ),
         Check(
-            "running statistics over real tokens only, across batches with different masks",
+            "running statistics over real tokens only, across batches with different masks, "
+            "momentum 0.3 and eps 0.1",
             _running_scenario,
             points=1.5,
             hidden=True,
@@ -477,13 +495,16 @@ MASKED_BATCH_NORM = Exercise(
             atol=1e-4,
             rtol=1e-4,
         ),
-        Check(
-            "NaN padding never reaches the statistics",
-            lambda rng: _bn_scenario(rng, [rng.integers(1, 7, 3)], 8, pad="nan"),
-            points=0.5,
-            hidden=True,
-            atol=1e-4,
-            rtol=1e-4,
+        *also_visible(
+            Check(
+                "NaN padding never reaches the statistics",
+                lambda rng: _bn_scenario(rng, [rng.integers(1, 7, 3)], 8, pad="nan"),
+                points=0.5,
+                hidden=True,
+                atol=1e-4,
+                rtol=1e-4,
+            ),
+            points=0.25,
         ),
         Check(
             "the output is 0 at padded positions",
@@ -495,11 +516,14 @@ MASKED_BATCH_NORM = Exercise(
             atol=1e-4,
             rtol=1e-4,
         ),
-        Check(
-            "a batch with no real tokens raises ValueError",
-            lambda rng: _bn_scenario(rng, [np.zeros(3, np.int64)], 5, must_raise=True),
-            points=0.5,
-            hidden=True,
+        *also_visible(
+            Check(
+                "a batch with no real tokens raises ValueError",
+                lambda rng: _bn_scenario(rng, [np.zeros(3, np.int64)], 5, must_raise=True),
+                points=0.5,
+                hidden=True,
+            ),
+            points=0.25,
         ),
     ),
 )
@@ -531,8 +555,8 @@ def _probe_pool(masked_mean_pool, a: Arrays) -> Arrays:
             pooled = masked_mean_pool(h, mask)
         except ValueError:
             return {RAISED: np.array(True)}
-        return {RAISED: np.array(False), "pooled": pooled}
-    return {"pooled": masked_mean_pool(h, mask)}
+        return {RAISED: np.array(False), "pooled mean": pooled}
+    return {"pooled mean": masked_mean_pool(h, mask)}
 
 
 def _pool_case(rng, lengths, max_len=None, pad="garbage", **flags) -> Arrays:
@@ -613,17 +637,23 @@ MASKED_MEAN_POOL = Exercise(
             points=0.5,
             hidden=True,
         ),
-        Check(
-            "NaN padding never reaches the result",
-            lambda rng: _pool_case(rng, rng.integers(1, 7, 3), 8, pad="nan"),
-            points=0.5,
-            hidden=True,
+        *also_visible(
+            Check(
+                "NaN padding never reaches the result",
+                lambda rng: _pool_case(rng, rng.integers(1, 7, 3), 8, pad="nan"),
+                points=0.5,
+                hidden=True,
+            ),
+            points=0.25,
         ),
-        Check(
-            "a sequence with no real tokens raises ValueError (not NaN)",
-            _pool_empty_row,
-            points=1,
-            hidden=True,
+        *also_visible(
+            Check(
+                "a sequence with no real tokens raises ValueError (not NaN)",
+                _pool_empty_row,
+                points=1,
+                hidden=True,
+            ),
+            points=0.5,
         ),
     ),
 )

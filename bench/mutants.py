@@ -1,0 +1,94 @@
+"""Mutation score of the checks: wrong answers made from each solution, and what grading says.
+
+Every one-place mutant of each exercise's solution cell (`grader/checks/mutation.py`: constants,
+operators, dropped or swapped operands, reductions and their dims, deleted statements) is loaded
+as the autograder loads an answer. Mutants whose outputs equal the solution's on every check's
+inputs under three other seeds are equivalent and left out. The others are graded under
+`--seed` and counted by what the feedback does:
+
+- missed: full marks (a hole in the checks);
+- named: a known mistake recognized;
+- explained: a property of a correct output it violates ("normalized over the last dim only");
+- raised: its own exception shown (the mutant crashes on the checks' inputs);
+- located: only where and by how much it differs.
+
+Specific = named + explained + raised.
+
+    .venv/bin/python bench/mutants.py [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import markdown_table, print_header, progress
+
+from grader.checks import EXERCISES
+from grader.checks.mutation import OUTCOMES, judge_mutant, mutants
+from grader.checks.probe import load_answer
+from grader.config import assignments
+from grader.notebook import answer_source, exercises_of, setup_code, source_notebook
+
+
+def solution_cells() -> list[tuple[str, str, str]]:
+    """(exercise, notebook setup code, solution cell source) for every graded exercise."""
+    cells = []
+    for assignment in assignments():
+        notebook = source_notebook(assignment)
+        setup = setup_code(notebook)
+        cells += [(name, setup, answer_source(notebook, name)) for name in exercises_of(notebook)]
+    return cells
+
+
+def tally(name: str, setup: str, source: str, seed: int) -> Counter:
+    exercise = EXERCISES[name]
+    answer = load_answer(setup, source, name)
+    return Counter(judge_mutant(exercise, setup, answer, m, seed) for m in mutants(source))
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f} %" if whole else "—"
+
+
+def row(name: str, counts: Counter) -> list[object]:
+    wrong = sum(counts.values()) - counts["equivalent"]
+    specific = counts["named"] + counts["explained"] + counts["raised"]
+    return [
+        name,
+        sum(counts.values()),
+        counts["equivalent"],
+        wrong,
+        *(counts[o] for o in OUTCOMES[1:]),
+        _share(wrong - counts["missed"], wrong),
+        _share(specific, wrong),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=0, help="grading seed")
+    args = parser.parse_args(argv)
+    print_header("Mutation score: one-place mutants of each solution, graded")
+    rows, total = [], Counter()
+    for name, setup, source in solution_cells():
+        progress(f"{name} ...")
+        counts = tally(name, setup, source, args.seed)
+        total += counts
+        rows.append(row(name, counts))
+    rows.append(row("all", total))
+    header = ["exercise", "mutants", "equivalent", "wrong", *OUTCOMES[1:]]
+    header += ["lose points", "specific"]
+    print(markdown_table(header, rows))
+    print(
+        "\nwrong = mutants − equivalent; lose points = share of wrong ones below full marks; "
+        "specific = share named, explained by a property, or shown their own exception."
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,399 @@
+"""What a wrong output gets wrong, measured on the output itself, when no known mistake matches.
+
+A normalization's output has one property that survives any input: in every set of values that
+shares one statistic (a row over `normalized_shape`, a group, a channel across the batch), the
+output before its affine has mean 0 and a fixed spread. A family of exercises declares how its
+outputs split into those sets (`Normalized`); `explain` measures the student's output set by set
+and says which property fails, where and by how much ("rows 0–3 have mean 0.41 over the
+normalized dims, not 0"). A gradient satisfies the invariances of its function instead
+(`Invariant`: LayerNorm's grad_x sums to 0 over a row, and is orthogonal to x − μ), and any
+output that is the correct one scaled or shifted is said to be. It reports only statistics of
+the student's own output and ratios to a correct output, never an input or an expected value.
+Outputs with no such property still get where and how much they differ (`extent`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from grader.checks.core import Arrays
+
+# An output and the check's inputs -> a (sets, values) array, each row one set of values that
+# share a statistic, before the affine; None when that view does not apply to these inputs.
+Grouping = Callable[[np.ndarray, dict[str, np.ndarray]], "np.ndarray | None"]
+
+
+@dataclass(frozen=True)
+class Normalized:
+    """Outputs whose key starts with `key` are normalized per set of values."""
+
+    key: str
+    unit: str  # what one set is called: "row", "group", "channel"
+    over: str  # the sets in words: "over the normalized_shape dims"
+    sets: Grouping
+    # Other sets a wrong answer may have normalized instead: (words, grouping).
+    instead: tuple[tuple[str, Grouping], ...] = ()
+    centered: bool = True  # False: RMSNorm, which rescales without subtracting the mean
+
+    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+        return _sentence(self, key, inputs, got, want)
+
+
+@dataclass(frozen=True)
+class Invariant:
+    """Outputs whose key starts with `key` satisfy `zero(output, inputs) ≈ 0` in every set (a
+    row of residuals per set); `why` says, in the course's words, what a violation means."""
+
+    key: str
+    unit: str
+    what: str  # the quantity that must vanish: "the sum of grad_x over the normalized dims"
+    why: str
+    zero: Grouping  # an output and the inputs -> one residual per set
+
+    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+        residual, reference = self.zero(got, inputs), self.zero(want, inputs)
+        if residual is None or reference is None or not np.all(np.isfinite(residual)):
+            return ""
+        # about one set's norm: residuals far below it are 0 up to ε and rounding
+        tolerance = 1e-3 * np.abs(want).max() * np.sqrt(want.size / residual.size)
+        if np.any(np.abs(reference) > tolerance / 10):
+            return ""  # the correct output does not satisfy it on these inputs
+        off = np.abs(residual) > tolerance
+        if not off.any():
+            return ""
+        return f"{self.what} is far from 0 in {_places(off, self.unit)}: {self.why}"
+
+
+def _spread(rows: np.ndarray, centered: bool) -> np.ndarray:
+    return rows.var(1) if centered else (rows * rows).mean(1)
+
+
+def _places(bad: np.ndarray, unit: str) -> str:
+    """'every row', or 'rows 0–3, 7 (of 12)'."""
+    if bad.all():
+        return f"every {unit}"
+    index = np.flatnonzero(bad)
+    runs, start = [], index[0]
+    for previous, current in zip(index, [*index[1:], None], strict=True):
+        if current != previous + 1:
+            runs.append(f"{start}" if start == previous else f"{start}–{previous}")
+            start = current
+    shown = ", ".join(runs[:4]) + (", …" if len(runs) > 4 else "")
+    return f"{unit}{'s' if len(index) > 1 else ''} {shown} (of {bad.size})"
+
+
+def _evenly_normalized(rows: np.ndarray, centered: bool, target: float | None = None) -> bool:
+    """Every set has mean 0 (when centered) and nine sets in ten share one spread within 5 %:
+    the mark of a normalization over these sets, whatever its estimator (sets whose spread is
+    close to ε come out smaller); with `target`, that spread is `target` within 5 %."""
+    if not np.all(np.isfinite(rows)) or rows.shape[1] < 2:
+        return False
+    spread = _spread(rows, centered)
+    typical = float(np.median(spread))
+    if typical <= 0 or (target is not None and abs(typical / target - 1) > 0.05):
+        return False
+    centered_ok = not centered or bool(np.all(np.abs(rows.mean(1)) < 0.02 * np.sqrt(typical)))
+    return centered_ok and bool(np.mean(np.abs(spread / typical - 1) < 0.05) >= 0.9)
+
+
+def _unbiased_hint(ratio: float, n: int) -> str:
+    if n > 1 and abs(ratio - (n - 1) / n) < 0.01 * (1 / n):
+        return f" — (n−1)/n for n = {n}: the variance divided by n−1 instead of n"
+    if n > 1 and abs(ratio - n / (n - 1)) < 0.01 * (1 / n):
+        return f" — n/(n−1) for n = {n}: the variance divided by n where n−1 belongs"
+    return ""
+
+
+def _first_normalized(
+    options: list[tuple[str, Grouping]],
+    got: np.ndarray,
+    given: Arrays,
+    centered: bool,
+    target: float | None = None,
+) -> str:
+    """The words of the smallest sets among `options` that `got` is evenly normalized over
+    (an output normalized per row is also normalized over any union of rows); '' if none."""
+    found = []
+    for words, grouping in options:
+        rows = grouping(got, given)
+        if rows is not None and _evenly_normalized(rows.astype(np.float64), centered, target):
+            found.append((rows.shape[1], words))
+    return min(found)[1] if found else ""
+
+
+def _sentence(p: Normalized, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+    rows_got, rows_want = p.sets(got, inputs), p.sets(want, inputs)
+    if rows_got is None or rows_want is None or rows_got.shape != rows_want.shape:
+        return ""
+    if not (np.all(np.isfinite(rows_got)) and np.all(np.isfinite(rows_want))):
+        return ""
+    rows_got, rows_want = rows_got.astype(np.float64), rows_want.astype(np.float64)
+    want_spread = _spread(rows_want, p.centered)
+    if np.any(want_spread <= 1e-12):
+        return ""
+    scale = np.sqrt(want_spread)
+    if p.centered and not np.all(np.abs(rows_want.mean(1)) < 1e-3 * scale + 1e-6):
+        return ""  # the correct output is not centered here (e.g. constant rows): nothing to say
+    options = [(p.over, p.sets), *p.instead]
+    bare = {k: v for k, v in inputs.items() if k not in ("weight", "bias")}
+    if len(bare) < len(inputs):  # an affine was given: is the output normalized without it?
+        target = float(np.median(want_spread))  # an affine would move the spread off it
+        words = _first_normalized(options, got, bare, p.centered, target)
+        if words:
+            where = "" if words == p.over else f", not {p.over}"
+            joint = ", and" if where else ", but"
+            given = " and ".join(f"`{k}`" for k in ("weight", "bias") if k in inputs)
+            verb = "are" if " and " in given else "is"
+            return f"{key} is normalized {words}{where}{joint} {given} {verb} not applied"
+    if not _evenly_normalized(rows_got, p.centered):
+        words = _first_normalized(options[1:], got, inputs, p.centered)
+        if words:
+            return f"{key} is normalized {words}, not {p.over}"
+    mean = rows_got.mean(1)
+    if p.centered:
+        off = np.abs(mean) > 0.01 * scale + 1e-6
+        if off.any():
+            worst = mean[off][np.argmax(np.abs(mean[off]))]
+            return (
+                f"{key} has a mean of up to {worst:.2g} {p.over} in {_places(off, p.unit)}, not 0"
+            )
+    elif np.all(np.abs(mean) < 1e-3 * scale) and not np.all(
+        np.abs(rows_want.mean(1)) < 1e-3 * scale
+    ):
+        return f"{key} has mean 0 {p.over}: this norm only rescales, it never subtracts the mean"
+    ratio = _spread(rows_got, p.centered) / want_spread
+    off = np.abs(ratio - 1) > 0.01
+    if not off.any():
+        return ""
+    what = "variance" if p.centered else "mean square"
+    typical = float(np.median(ratio[off]))
+    hint = _unbiased_hint(typical, rows_got.shape[1]) if p.centered else ""
+    return (
+        f"the {what} of {key} {p.over} is {typical:.3g} times the correct one in "
+        f"{_places(off, p.unit)}{hint}"
+    )
+
+
+def _affine_relation(key: str, got: np.ndarray, want: np.ndarray) -> str:
+    """'`y` is 2 times the correct value' or 'is the correct value shifted by 0.1', when a
+    scale or a shift of the whole output is all that is wrong; '' otherwise."""
+    got, want = got.astype(np.float64).ravel(), want.astype(np.float64).ravel()
+    if got.size < 2 or not (np.all(np.isfinite(got)) and np.all(np.isfinite(want))):
+        return ""
+    norm = float(np.linalg.norm(want))
+    if norm == 0:
+        return ""
+    scale = float(got @ want) / norm**2
+    if np.linalg.norm(got - scale * want) < 1e-3 * norm and abs(scale - 1) > 1e-3:
+        return f"{key} is {scale:.3g} times the correct value, everywhere"
+    shift = float(np.mean(got - want))
+    if np.linalg.norm(got - want - shift) < 1e-3 * norm and abs(shift) > 1e-6:
+        return f"{key} is the correct value shifted by the same {shift:.2g} everywhere"
+    return ""
+
+
+def explain(
+    properties: tuple[Normalized | Invariant, ...], inputs: Arrays, got: Arrays, want: Arrays
+) -> str:
+    """The first property of a correct output that `got` violates, in words; '' if none."""
+    for key, expected in want.items():
+        actual = got.get(key)
+        if actual is None or actual.shape != expected.shape:
+            continue
+        named = key if " " in key else f"`{key}`"
+        for p in properties:
+            if key.startswith(p.key):
+                sentence = p.sentence(named, inputs, actual, expected)
+                if sentence:
+                    return sentence
+        if np.issubdtype(expected.dtype, np.floating):
+            sentence = _affine_relation(named, actual, expected)
+            if sentence:
+                return sentence
+    return ""
+
+
+def extent(key: str, got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str:
+    """Where and how much an output differs: the share of values, the rows along its first dim,
+    and the largest difference in multiples of the tolerance."""
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    allowance = atol + rtol * np.abs(want)
+    with np.errstate(invalid="ignore"):
+        excess = np.abs(got - want) / allowance
+    excess = np.where(np.isnan(got) & np.isnan(want), 0.0, np.nan_to_num(excess, nan=np.inf))
+    bad = excess > 1
+    where = f"at {int(bad.sum())} of {bad.size} values ({100 * bad.mean():.0f} %)"
+    if bad.ndim > 1 and bad.shape[0] > 1:
+        rows = bad.reshape(bad.shape[0], -1).any(1)
+        where += f", in {_places(rows, 'position')} along its first dim"
+    worst = float(excess.max()) if excess.size else 0.0
+    return where if np.isinf(worst) else f"{where}, by up to {worst:.2g} times the tolerance"
+
+
+# ---------------------------------------------------------------------------------------------
+# The family table: how each kind of norm splits its output into sets sharing one statistic
+
+
+def _without_affine(y: np.ndarray, a: Arrays, per_channel: bool) -> np.ndarray | None:
+    """The output before `weight` and `bias` (elementwise over the trailing dims, or per channel
+    of dim 1); None where a weight near 0 would blow up the division."""
+    if "weight" not in a:
+        return y
+    view = (1, -1, *[1] * (y.ndim - 2)) if per_channel else a["weight"].shape
+    weight = a["weight"].reshape(view)
+    bias = a["bias"].reshape(view) if "bias" in a else 0.0
+    if np.any(np.abs(weight) < 0.1):
+        return None
+    return (y - bias) / weight
+
+
+def _trailing_count(a: Arrays) -> int:
+    return 1 if a["normalized_shape"].ndim == 0 else a["normalized_shape"].size
+
+
+def _rows_over(count: Callable[[np.ndarray, Arrays], int]) -> Grouping:
+    def rows(y: np.ndarray, a: Arrays) -> np.ndarray | None:
+        plain, k = _without_affine(y, a, per_channel=False), count(y, a)
+        if plain is None or not 0 < k <= y.ndim:
+            return None
+        return plain.reshape(-1, int(np.prod(y.shape[-k:])))
+
+    return rows
+
+
+def _per_sample(y: np.ndarray, a: Arrays, per_channel: bool) -> np.ndarray | None:
+    plain = _without_affine(y, a, per_channel)
+    return None if plain is None or y.ndim < 2 else plain.reshape(y.shape[0], -1)
+
+
+def _across_batch(y: np.ndarray, a: Arrays) -> np.ndarray | None:
+    plain = _without_affine(y, a, per_channel=False)
+    if plain is None or y.shape[0] < 2:
+        return None
+    return np.moveaxis(plain, 0, -1).reshape(-1, y.shape[0])
+
+
+def trailing_norm(centered: bool) -> Normalized:
+    """LayerNorm (centered) and RMSNorm: one set per sample and position, over the trailing
+    `normalized_shape` dims."""
+    last_only = _rows_over(lambda y, a: 1 if _trailing_count(a) > 1 else 0)
+    return Normalized(
+        key="y",
+        unit="row",
+        over="over the normalized_shape dims",
+        sets=_rows_over(lambda y, a: _trailing_count(a)),
+        instead=(
+            ("over the last dim only", last_only),
+            ("over the batch (dim 0) at each position", _across_batch),
+            ("over every dim of each sample", lambda y, a: _per_sample(y, a, per_channel=False)),
+        ),
+        centered=centered,
+    )
+
+
+def _channels(y: np.ndarray, a: Arrays) -> np.ndarray | None:
+    plain = _without_affine(y, a, per_channel=True)
+    return None if plain is None else np.moveaxis(plain, 1, 0).reshape(y.shape[1], -1)
+
+
+def _last_as_channels(y: np.ndarray, a: Arrays) -> np.ndarray | None:
+    return None if y.ndim < 3 else np.moveaxis(y, -1, 0).reshape(y.shape[-1], -1)
+
+
+BATCH_NORM_TRAINING = Normalized(
+    key="output of training step",
+    unit="channel",
+    over="over the batch (every dim but dim 1) for each channel",
+    sets=_channels,
+    instead=(
+        ("over each sample's features (LayerNorm's sets)", lambda y, a: _per_sample(y, a, True)),
+        ("with the last dim taken as the channels", _last_as_channels),
+    ),
+)
+
+
+def _groups(interleaved: bool) -> Grouping:
+    def groups(y: np.ndarray, a: Arrays) -> np.ndarray | None:
+        plain, g = _without_affine(y, a, per_channel=True), int(a["num_groups"])
+        if plain is None or y.shape[1] % g:
+            return None
+        n, c = y.shape[:2]
+        shaped = plain.reshape(n, c // g, g, -1).swapaxes(1, 2) if interleaved else plain
+        return shaped.reshape(n * g, -1)
+
+    return groups
+
+
+GROUP_NORM_SETS = Normalized(
+    key="y",
+    unit="group",
+    over="over each group of consecutive channels and every position",
+    sets=_groups(interleaved=False),
+    instead=(
+        ("over every G-th channel (interleaved groups)", _groups(interleaved=True)),
+        ("per channel (InstanceNorm's sets)", lambda y, a: _channels_per_sample(y, a)),
+        ("over each whole sample (LayerNorm's sets)", lambda y, a: _per_sample(y, a, True)),
+    ),
+)
+
+
+def _channels_per_sample(y: np.ndarray, a: Arrays) -> np.ndarray | None:
+    plain = _without_affine(y, a, per_channel=True)
+    return None if plain is None else plain.reshape(y.shape[0] * y.shape[1], -1)
+
+
+def _normalized_rows(values: np.ndarray, a: Arrays) -> np.ndarray:
+    return values.reshape(-1, int(np.prod(values.shape[-_trailing_count(a) :])))
+
+
+def _centered_x(a: Arrays) -> np.ndarray:
+    rows = _normalized_rows(a["x"].astype(np.float64), a)
+    return rows - rows.mean(1, keepdims=True)
+
+
+LAYER_NORM_BACKWARD = (
+    Invariant(
+        key="grad_x",
+        unit="row",
+        what="the sum of grad_x over the normalized dims",
+        why="shifting a row of x does not move LayerNorm's output, so its gradient has no "
+        "component along that shift; the term from μ depending on x (−⟨g⟩) is missing or wrong",
+        zero=lambda g, a: _normalized_rows(g.astype(np.float64), a).sum(1),
+    ),
+    Invariant(
+        key="grad_x",
+        unit="row",
+        what="the sum of grad_x·(x − μ) over the normalized dims",
+        why="rescaling a row of x leaves LayerNorm's output (almost) unchanged, so its gradient "
+        "is orthogonal to x − μ; the term from σ depending on x (−x̂⟨g·x̂⟩) is missing or wrong",
+        zero=lambda g, a: (_normalized_rows(g.astype(np.float64), a) * _centered_x(a)).sum(1),
+    ),
+)
+
+
+def _first_training_batch(y: np.ndarray, a: Arrays, per_token: bool) -> np.ndarray | None:
+    """The first step's real tokens, (tokens, features) before the affine, one set per feature
+    (or per token); None if that step is an evaluation."""
+    if not a["training"][0] or y.ndim != 2:
+        return None
+    real = _without_affine(y[: int(a["mask"][0].sum())], a, per_channel=False)
+    return None if real is None else real if per_token else real.T
+
+
+MASKED_BATCH_NORM = Normalized(
+    key="output at real tokens",
+    unit="feature",
+    over="over the real tokens of a training batch, for each feature",
+    sets=lambda y, a: _first_training_batch(y, a, per_token=False),
+    instead=(
+        (
+            "over each token's features (LayerNorm's sets)",
+            lambda y, a: _first_training_batch(y, a, per_token=True),
+        ),
+    ),
+)
