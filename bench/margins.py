@@ -26,25 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import markdown_table, print_header, progress
 
 from grader.checks import EXERCISES
-from grader.checks.core import Check, Exercise, expected_outputs, outputs_of
-
-
-def margin(got: dict[str, np.ndarray], want: dict[str, np.ndarray], check: Check) -> float:
-    """Largest |got − want| / (atol + rtol·|want|) over every output; inf for a shape mismatch,
-    a missing output or a NaN where the expected value is finite."""
-    worst = 0.0
-    for key, expected in want.items():
-        actual = got.get(key)
-        if actual is None or actual.shape != expected.shape:
-            return float("inf")
-        actual, expected = actual.astype(np.float64), expected.astype(np.float64)
-        both_nan = np.isnan(actual) & np.isnan(expected)
-        if np.any(~np.isfinite(actual) & np.isfinite(expected)):
-            return float("inf")
-        allowance = check.atol + check.rtol * np.abs(expected)
-        ratio = np.where(both_nan, 0.0, np.abs(actual - expected) / allowance)
-        worst = max(worst, float(np.nanmax(ratio)) if ratio.size else 0.0)
-    return worst
+from grader.checks.core import Exercise, expected_outputs, margin, outputs_of
 
 
 def margins(exercise: Exercise, impl, seeds: range) -> list[list[float]]:

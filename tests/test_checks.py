@@ -20,6 +20,7 @@ from grader.checks.core import (
     expected_outputs,
     judge,
     judge_check,
+    margin,
     named,
     outputs_of,
     plan,
@@ -361,3 +362,28 @@ def test_a_mistake_variant_with_every_switch_off_is_the_reference(name, variant)
         [outputs_of(exercise, variant, inputs) for _, inputs in planned],
     )
     assert verdict.passed, verdict.render()
+
+
+# A margin in this band is near enough to the tolerance (1) for the verdict to flip with the
+# grading seed's draw: the same notebook would not get the same score twice.
+FLIP_BAND = (0.5, 2.0)
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_a_known_mistakes_verdict_on_each_hidden_check_does_not_depend_on_the_seed(name):
+    exercise, unstable = EXERCISES[name], []
+    for i, check_ in enumerate(exercise.checks):
+        if not check_.hidden:
+            continue
+        draws = [check_.inputs(np.random.default_rng([seed, i])) for seed in range(40)]
+        wants = [expected_outputs(exercise, check_, inputs) for inputs in draws]
+        for mistake in exercise.mistakes:
+            margins = []
+            for inputs, want in zip(draws, wants, strict=True):
+                got = _outputs_or_error(exercise, mistake.impl, inputs)
+                failed_to_run = isinstance(got, StudentError)
+                margins.append(float("inf") if failed_to_run else margin(got, want, check_))
+            low, high = min(margins), max(margins)
+            if high >= FLIP_BAND[0] and low <= FLIP_BAND[1]:
+                unstable.append(f"{mistake.name} on '{check_.description}': {low:.2g}–{high:.2g}")
+    assert unstable == [], "margins that let the seed decide the score: " + "; ".join(unstable)

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, also_visible, to_array
+from grader.checks.inputs import randn, with_spread
 from grader.checks.probe import shape_argument, tensors
 from grader.checks.properties import BATCH_NORM_TRAINING, GROUP_NORM_SETS, trailing_norm
 
@@ -581,10 +582,6 @@ def _gn_case(x: np.ndarray, groups: int, rng=None, eps: float = 1e-5) -> Arrays:
     return case
 
 
-def _randn(rng, *shape, dtype=np.float32):
-    return rng.standard_normal(shape).astype(dtype)
-
-
 def _channels_apart(rng, *shape) -> np.ndarray:
     """Each channel with its own offset, so that which channels share a group matters."""
     offsets = rng.normal(0.0, 3.0, shape[1]).reshape(1, -1, *[1] * (len(shape) - 2))
@@ -662,7 +659,7 @@ GROUP_NORM = Exercise(
         *also_visible(
             Check(
                 "groups of only 4 values (which variance estimator?)",
-                lambda rng: _gn_case(_channels_apart(rng, 3, 4, 2), 2),
+                lambda rng: _gn_case(with_spread(rng, _channels_apart(rng, 3, 4, 2), 4), 2),
                 points=1,
                 hidden=True,
             ),
@@ -671,7 +668,7 @@ GROUP_NORM = Exercise(
         *also_visible(
             Check(
                 "groups whose variance is close to ε, with eps=1e-3 given",
-                lambda rng: _gn_case(_randn(rng, 2, 4, 2048) * np.float32(0.03), 2, eps=1e-3),
+                lambda rng: _gn_case(randn(rng, 2, 4, 2048) * np.float32(0.03), 2, eps=1e-3),
                 points=1,
                 **WIDE,
                 hidden=True,
@@ -841,7 +838,7 @@ RMS_NORM = Exercise(
         *also_visible(
             Check(
                 "float32 rows with mean square near 1e-6, eps=None",
-                lambda rng: _rms_case(_randn(rng, 4, 16) * np.float32(1e-3), 1),
+                lambda rng: _rms_case(randn(rng, 4, 16) * np.float32(1e-3), 1),
                 points=1,
                 hidden=True,
             ),
@@ -850,7 +847,7 @@ RMS_NORM = Exercise(
         *also_visible(
             Check(
                 "float64 rows whose mean square is far below float64's machine ε, eps=None",
-                lambda rng: _rms_case(_randn(rng, 4, 16, dtype=np.float64) * 1e-9, 1),
+                lambda rng: _rms_case(randn(rng, 4, 16, dtype=np.float64) * 1e-9, 1),
                 points=0.5,
                 hidden=True,
                 rtol=1e-9,
@@ -860,13 +857,15 @@ RMS_NORM = Exercise(
         ),
         Check(
             "an explicit eps=1e-6 on rows of mean square near 1e-6",
-            lambda rng: _rms_case(_randn(rng, 3, 10) * np.float32(1e-3), 1, eps=1e-6),
+            lambda rng: _rms_case(randn(rng, 3, 10) * np.float32(1e-3), 1, eps=1e-6),
             points=0.5,
             hidden=True,
         ),
         Check(
             "normalized_shape of three dims, with a weight",
-            lambda rng: _rms_case(_offset_rows(rng, 2, 2, 3, 4), 3, rng),
+            lambda rng: _rms_case(
+                with_spread(rng, _offset_rows(rng, 2, 2, 3, 4), 24, low=1.0), 3, rng
+            ),
             points=1,
             hidden=True,
         ),

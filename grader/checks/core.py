@@ -212,6 +212,24 @@ def _difference(got: Arrays, want: Arrays, check: Check) -> str:
     return ""
 
 
+def margin(got: Arrays, want: Arrays, check: Check) -> float:
+    """Largest |got − want| / (atol + rtol·|want|) over every output; inf for a shape mismatch,
+    a missing output or a NaN where the expected value is finite."""
+    worst = 0.0
+    for key, expected in want.items():
+        actual = got.get(key)
+        if actual is None or actual.shape != expected.shape:
+            return float("inf")
+        actual, expected = actual.astype(np.float64), expected.astype(np.float64)
+        both_nan = np.isnan(actual) & np.isnan(expected)
+        if np.any(~np.isfinite(actual) & np.isfinite(expected)):
+            return float("inf")
+        allowance = check.atol + check.rtol * np.abs(expected)
+        ratio = np.where(both_nan, 0.0, np.abs(actual - expected) / allowance)
+        worst = max(worst, float(np.nanmax(ratio)) if ratio.size else 0.0)
+    return worst
+
+
 def outputs_of(exercise: Exercise, impl: Any, inputs: Arrays) -> Arrays:
     """Run the exercise's probe on `impl` (the student's, the reference, or a mistake)."""
     return {k: to_array(v) for k, v in exercise.probe(impl, inputs).items()}

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, also_visible
+from grader.checks.inputs import randn, with_spread
 from grader.checks.probe import shape_argument, tensors, trailing_dims
 from grader.checks.properties import LAYER_NORM_BACKWARD as BACKWARD_INVARIANTS
 from grader.checks.properties import trailing_norm
@@ -155,10 +156,6 @@ def _ln_case(x: np.ndarray, ndims: int, rng=None, eps: float = 1e-5, as_int=Fals
 _F32 = {"rtol": 1e-4, "atol": 1e-4}
 
 
-def _randn(rng, *shape, dtype=np.float32):
-    return rng.standard_normal(shape).astype(dtype)
-
-
 def _apart(rng, *shape) -> np.ndarray:
     """float32 values whose every last-dim row has its own offset and scale, so that statistics
     over too few or too many dims are off by order one."""
@@ -217,7 +214,7 @@ LAYER_NORM = Exercise(
         *also_visible(
             Check(
                 "rows of only 4 features (which variance estimator?)",
-                lambda rng: _ln_case(_randn(rng, 6, 4), 1),
+                lambda rng: _ln_case(with_spread(rng, randn(rng, 6, 4), 4), 1),
                 points=1.5,
                 hidden=True,
                 **_F32,
@@ -227,7 +224,7 @@ LAYER_NORM = Exercise(
         *also_visible(
             Check(
                 "rows whose variance is close to ε, with eps=1e-3 given",
-                lambda rng: _ln_case(_randn(rng, 4, 4096) * np.float32(0.03), 1, eps=1e-3),
+                lambda rng: _ln_case(randn(rng, 4, 4096) * np.float32(0.03), 1, eps=1e-3),
                 points=1.5,
                 hidden=True,
                 **WIDE,
@@ -237,7 +234,7 @@ LAYER_NORM = Exercise(
         *also_visible(
             Check(
                 "float32 rows with mean 1e4 (numerically stable statistics)",
-                lambda rng: _ln_case(_randn(rng, 8, 256) + np.float32(1e4), 1),
+                lambda rng: _ln_case(randn(rng, 8, 256) + np.float32(1e4), 1),
                 points=1,
                 hidden=True,
                 atol=0.05,  # a correct float32 answer is within ~3e-3 of the float64 truth
@@ -297,13 +294,13 @@ STABLE_VAR = Exercise(
     checks=(
         Check(
             "per-row biased variance of a (4, 10) input",
-            lambda rng: _var_case(_randn(rng, 4, 10)),
+            lambda rng: _var_case(randn(rng, 4, 10)),
             points=1,
         ),
         *also_visible(
             Check(
                 "float32 rows with mean 1e4 and variance about 1",
-                lambda rng: _var_case(_randn(rng, 6, 512) + np.float32(1e4)),
+                lambda rng: _var_case(randn(rng, 6, 512) + np.float32(1e4)),
                 points=1,
                 hidden=True,
                 atol=0.02,  # a two-pass float32 answer is within ~1e-3 here; naive is off by ~10
@@ -319,7 +316,7 @@ STABLE_VAR = Exercise(
         ),
         Check(
             "variance along dim 0 of a (2, 5) input",
-            lambda rng: _var_case(_randn(rng, 2, 5), dim=0),
+            lambda rng: _var_case(randn(rng, 2, 5), dim=0),
             points=0.5,
             hidden=True,
         ),
