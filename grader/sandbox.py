@@ -25,6 +25,9 @@ from pathlib import Path
 from grader.config import REPO
 
 FIRST_UID = 61000  # unused by the system; no passwd entry is needed
+# Where the runner finds its job inside the sandbox, wherever the grader keeps it: a folder under
+# a closed one (mkdtemp's mode 700, e.g. a TMPDIR inside /tmp) would be untraversable there.
+JOB = Path("/tmp/job")
 TMP_BYTES = 256 << 20
 
 
@@ -58,9 +61,7 @@ class Sandbox:
         probe = [sys.executable, "-c", "import torch, norm_utils, grader.runner"]
         with tempfile.TemporaryDirectory(prefix="grader-probe-") as job, self.slot() as uid:
             command = self.command(probe, Path(job), uid)
-            done = subprocess.run(
-                command, env=runner_env(Path(job)), capture_output=True, text=True
-            )
+            done = subprocess.run(command, env=runner_env(JOB), capture_output=True, text=True)
         if done.returncode == 0:
             return
         lines = done.stderr.strip().splitlines()
@@ -96,6 +97,8 @@ class Sandbox:
         return args + [arg for path in needed for arg in ("--ro-bind", str(path), str(path))]
 
     def command(self, command: list[str], job: Path, uid: int) -> list[str]:
+        """`command` run in the sandbox as `uid`, with the folder `job` as its working
+        directory, seen inside as `JOB`."""
         drop = []
         if self.as_root:  # root ignores RLIMIT_NPROC: the runner gets an unprivileged uid
             os.chown(job, uid, uid)
@@ -121,9 +124,11 @@ class Sandbox:
             "--setenv", "GRADER_SANDBOX", "1",
         ]  # fmt: skip
         bwrap += self._python_visible()
-        for path in self.hidden:
-            bwrap += ["--tmpfs", str(path)]
-        bwrap += ["--bind", str(job), str(job), "--chdir", str(job)]
+        for path in self.hidden:  # a file (e.g. a git worktree's .git) is hidden by an empty one
+            bwrap += (
+                ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
+            )
+        bwrap += ["--bind", str(job), str(JOB), "--chdir", str(JOB)]
         # bubblewrap mounts as the caller; the uid is dropped inside, just before the runner.
         return [*bwrap, *drop, *command]
 

@@ -2,15 +2,24 @@
 
 Only plain arrays cross back from the runner (.npz read with allow_pickle=False, and a small
 JSON record); the comparison with the reference and the score happen in this process.
+
+A runner that fails for a reason of the grader's (it cannot start or read its job, the disk is
+full, the grader is stopping) raises `GraderFault`: never a score. Only what happened after the
+runner said an exercise had started (see grader.runner) can cost that exercise points.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,9 +35,59 @@ from grader.notebook import (
     setup_code,
     source_notebook,
 )
-from grader.sandbox import Sandbox, runner_env
+from grader.sandbox import JOB, Sandbox, runner_env
 
 MAX_RECORD_BYTES = 1 << 20
+TAIL_CHARS = 300  # of a failed runner's stderr, to name the cause
+
+
+class GraderFault(RuntimeError):
+    """The grader, not the student, failed: nothing may be recorded as a grade."""
+
+
+class Stopped(GraderFault):
+    """The grader was asked to stop (a signal) while this was being graded."""
+
+
+class Runners:
+    """The runner processes alive, so that a stop can kill them all at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._alive: set[subprocess.Popen] = set()
+        self.stopping = threading.Event()
+
+    @contextmanager
+    def track(self, process: subprocess.Popen) -> Iterator[None]:
+        with self._lock:
+            self._alive.add(process)
+            if self.stopping.is_set():  # raced with stop(): it did not see this one
+                _kill_group(process)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._alive.discard(process)
+
+    def stop(self) -> None:
+        """Kill every runner (each in its own process group) and refuse to start new ones."""
+        with self._lock:
+            self.stopping.set()
+            for process in self._alive:
+                _kill_group(process)
+
+    def reset(self) -> None:
+        self.stopping.clear()
+
+
+RUNNERS = Runners()
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 @dataclass(frozen=True)
@@ -97,17 +156,51 @@ def _read_outputs(job: Path, name: str, cases: int) -> tuple[list[Outputs], set[
     return outputs, {str(c) for c in record.get("calls", [])}
 
 
-def run_job(job: Path, limits: Limits, sandbox: Sandbox | None, cases: int) -> None:
-    """Start the runner on `job` (in the sandbox, if any) and wait, killing it if it overruns."""
-    command = [sys.executable, "-m", "grader.runner", str(job)]
-    env = runner_env(job)
+def run_job(job: Path, limits: Limits, sandbox: Sandbox | None, cases: int) -> list[str]:
+    """Start the runner on `job` (in the sandbox, if any) and wait, killing it if it overruns;
+    returns the exercises it started, in order. Raises GraderFault when it failed before any
+    student code ran, or said it could not keep its records."""
+    if RUNNERS.stopping.is_set():
+        raise Stopped("the grader was stopped")
     timeout = limits.wall_seconds * max(cases, 1) + 60
     if sandbox is None:
-        subprocess.run(command, cwd=job, env=env, timeout=timeout, capture_output=True)
-        return
-    with sandbox.slot() as uid:
-        command = sandbox.command(command, job, uid)
-        subprocess.run(command, env=env, timeout=timeout, capture_output=True)
+        out, err = _run([sys.executable, "-m", "grader.runner", str(job)], job, job, timeout)
+    else:
+        with sandbox.slot() as uid:
+            command = sandbox.command([sys.executable, "-m", "grader.runner", str(JOB)], job, uid)
+            out, err = _run(command, JOB, job, timeout)
+    if RUNNERS.stopping.is_set():
+        raise Stopped("the grader was stopped")
+    lines = [line.partition(" ") for line in out.splitlines()]
+    faults = [rest for word, _, rest in lines if word == "fault"]
+    started = [rest for word, _, rest in lines if word == "started"]
+    if faults:
+        raise GraderFault(faults[0])
+    if not started:  # no student code ran: whatever stopped it was not the student's doing
+        tail = err.strip()[-TAIL_CHARS:] or "no message"
+        raise GraderFault(f"the runner did not start its job ({tail})")
+    return started
+
+
+def _run(command: list[str], inside: Path, cwd: Path, timeout: float) -> tuple[str, str]:
+    """Run the runner in its own process group (a terminal's Ctrl-C is the grader's to handle,
+    not the runner's to die of), killed on overrun or stop; returns its stdout and stderr."""
+    process = subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=runner_env(inside),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
+    with RUNNERS.track(process):
+        try:
+            return process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            return process.communicate()
 
 
 def grade_notebook(
@@ -128,9 +221,15 @@ def grade_notebooks(
     limits: Limits = DEFAULT_LIMITS,
     sandbox: Sandbox | None = None,
     hidden: bool = True,
+    scratch: Path | None = None,
 ) -> list[list[ExerciseResult]]:
     """One student's notebooks (path, assignment) graded by one runner, which pays Python's and
-    torch's start-up once; each exercise still runs in its own forked, limited process."""
+    torch's start-up once; each exercise still runs in its own forked, limited process.
+
+    Args:
+        scratch: the folder to hold the runners' job folders (default: the system's temporary
+            folder). Raises GraderFault when a runner fails for the grader's reasons.
+    """
     verdicts: dict[str, Verdict] = {}
     names_by_notebook, plans, answers, specs = [], {}, {}, []
     for path, assignment in notebooks:
@@ -159,36 +258,53 @@ def grade_notebooks(
                     "cases": len(plans[name]),
                 }
             )
-    with tempfile.TemporaryDirectory(prefix="grade-") as scratch:
-        job = Path(scratch)
-        for spec in specs:
-            _write_inputs(job, spec["name"], plans[spec["name"]])
-        for name, outputs, calls in _run_all(job, specs, limits, sandbox):
-            static = forbidden_uses(answers[name], EXERCISES[name])
-            integrity = integrity_message(EXERCISES[name], static, calls)
-            verdicts[name] = judge(EXERCISES[name], plans[name], outputs, integrity)
+    for name, outputs, calls in _run_all(specs, plans, limits, sandbox, scratch):
+        static = forbidden_uses(answers[name], EXERCISES[name])
+        integrity = integrity_message(EXERCISES[name], static, calls)
+        verdicts[name] = judge(EXERCISES[name], plans[name], outputs, integrity)
     return [[_result(verdicts[n]) for n in names] for names in names_by_notebook]
 
 
-def _run_all(job: Path, specs: list[dict], limits: Limits, sandbox: Sandbox | None):
+def _run_all(specs: list[dict], plans: dict, limits: Limits, sandbox, scratch: Path | None):
     """Run every exercise, yielding (name, outputs, calls). When an answer takes the runner
     down with it, the exercise that was running is reported as crashed and the ones not yet
-    started run again in a fresh runner, so the honest answers keep their points."""
-    remaining = list(specs)
+    started run again in a fresh runner, so the honest answers keep their points. Each runner
+    gets a fresh job folder; a grader fault is tried once more, then raised."""
+    remaining, faults = list(specs), 0
     while remaining:
-        (job / "job.json").write_text(
-            json.dumps({"exercises": remaining, "limits": asdict(limits)})
-        )
         try:
-            run_job(job, limits, sandbox, len(remaining))
-        except subprocess.TimeoutExpired:
-            pass
-        started = [s for s in remaining if (job / "out" / f"{s['name']}.started").exists()]
-        if not started:  # the runner never ran: nothing can be graded, nothing is retried
-            started = remaining
-        for s in started:  # an absent record reads as a crash
-            yield (s["name"], *_read_outputs(job, s["name"], s["cases"]))
-        remaining = [s for s in remaining if s not in started]
+            done = _run_in_fresh_job(remaining, plans, limits, sandbox, scratch)
+        except Stopped:
+            raise
+        except GraderFault:
+            faults += 1
+            if faults > 1:
+                raise
+            continue
+        yield from done
+        finished = {name for name, *_ in done}
+        remaining = [s for s in remaining if s["name"] not in finished]
+
+
+def _run_in_fresh_job(specs: list[dict], plans: dict, limits: Limits, sandbox, scratch):
+    """One runner on `specs` in a new job folder: the (name, outputs, calls) of every exercise
+    it started, in order (an absent record reads as a crash)."""
+    try:
+        folder = tempfile.TemporaryDirectory(prefix="grade-", dir=scratch)
+    except OSError as error:
+        raise GraderFault(f"could not make a job folder in {scratch} ({error})") from None
+    with folder:
+        job = Path(folder.name)
+        try:
+            for spec in specs:
+                _write_inputs(job, spec["name"], plans[spec["name"]])
+            job_file = {"exercises": specs, "limits": asdict(limits)}
+            (job / "job.json").write_text(json.dumps(job_file))
+        except OSError as error:
+            raise GraderFault(f"could not write the runner's job in {job} ({error})") from None
+        started = run_job(job, limits, sandbox, len(specs))
+        by_name = {s["name"]: s for s in specs}
+        return [(n, *_read_outputs(job, n, by_name[n]["cases"])) for n in started]
 
 
 def _result(verdict: Verdict) -> ExerciseResult:
