@@ -54,17 +54,46 @@ def _isolation(args: argparse.Namespace, course: Path, submissions: Path):
 
 
 def _autograde(args: argparse.Namespace) -> int:
-    from grader.autograde import Course, autograde
+    """Exit 0 when every notebook is graded and recorded, 1 when some are not (listed), 2 when
+    the run is refused, 128 + N when stopped by signal N."""
+    from grader.autograde import Course, Interrupted, Refused, autograde
 
     sandbox, limits = _isolation(args, args.course, args.submissions)
     course = Course(args.course)
-    outcomes = autograde(args.submissions, course, args.jobs, args.seed, limits, sandbox)
+    try:
+        outcomes = autograde(
+            args.submissions,
+            course,
+            args.jobs,
+            args.seed,
+            limits,
+            sandbox,
+            force=args.force,
+            students=args.student or (),
+            notebooks=args.assignment or (),
+        )
+    except Refused as error:
+        print(f"grader: {error}", file=sys.stderr)
+        return 2
+    except Interrupted as stop:
+        print(
+            f"\ngrader: {stop}: the runners were stopped; notebooks recorded before it keep "
+            "their grades, the others were not graded. Run the same command again to finish.",
+            file=sys.stderr,
+        )
+        return 128 + stop.signum
     skipped = sum(o.skipped for o in outcomes)
-    for o in outcomes:
-        if o.problem:
-            print(f"{o.task.student}: {o.task.assignment} could not be recorded: {o.problem}")
-    print(f"{len(outcomes) - skipped} graded, {skipped} unchanged since the last run (skipped).")
-    return 0
+    failed = [o for o in outcomes if o.problem]
+    for o in failed:
+        print(f"{o.task.student}: {o.task.assignment} could not be recorded: {o.problem}")
+    graded = len(outcomes) - skipped - len(failed)
+    print(
+        f"{graded} graded, {skipped} unchanged since the last run (skipped), "
+        f"{len(failed)} not graded."
+    )
+    if any(o.grader_fault for o in failed):
+        print("Grader errors are not grades: fix the cause named above and run again.")
+    return 1 if failed else 0
 
 
 def _students(course: Path) -> list[str]:
@@ -72,11 +101,22 @@ def _students(course: Path) -> list[str]:
     return sorted(p.name for p in results.iterdir() if p.is_dir()) if results.is_dir() else []
 
 
+def _lost_gradebook(course) -> bool:
+    """Say so when the gradebook is gone (nbgrader would silently start an empty one)."""
+    problem = course.gradebook_problem()
+    if problem:
+        print(f"grader: {problem}; restore it, or run `grader autograde --force`.", file=sys.stderr)
+    return bool(problem)
+
+
 def _feedback(args: argparse.Namespace) -> int:
     from grader.autograde import Course
     from grader.report import write_feedback
 
-    folder, problems = write_feedback(Course(args.course), _students(args.course))
+    course = Course(args.course)
+    if _lost_gradebook(course):
+        return 2
+    folder, problems = write_feedback(course, _students(args.course))
     for problem in problems:
         print(problem)
     print("Feedback written to", folder)
@@ -87,7 +127,10 @@ def _export(args: argparse.Namespace) -> int:
     from grader.autograde import Course
     from grader.report import write_csv
 
-    print("Grades written to", write_csv(Course(args.course), _students(args.course), args.csv))
+    course = Course(args.course)
+    if _lost_gradebook(course):
+        return 2
+    print("Grades written to", write_csv(course, _students(args.course), args.csv))
     return 0
 
 
@@ -170,6 +213,21 @@ def build_parser() -> argparse.ArgumentParser:
     autograde.add_argument("submissions", type=Path)
     autograde.add_argument(
         "--seed", type=int, default=None, help="fix the hidden inputs (default: random)"
+    )
+    autograde.add_argument(
+        "--force",
+        action="store_true",
+        help="grade again even what is unchanged since it was recorded (and, if the gradebook "
+        "was lost, grade everything into a new one)",
+    )
+    autograde.add_argument(
+        "--student", action="append", metavar="ID", help="grade only this student (repeatable)"
+    )
+    autograde.add_argument(
+        "--assignment",
+        action="append",
+        metavar="NAME",
+        help="grade only this notebook (repeatable)",
     )
     autograde.set_defaults(run=_autograde)
 
