@@ -134,7 +134,10 @@ class Course:
     def clean_scratch(self) -> None:
         """Remove job folders a killed run left (students' code and hidden inputs)."""
         shutil.rmtree(self.scratch, ignore_errors=True)
-        self.scratch.mkdir(mode=0o700)
+        try:
+            self.scratch.mkdir(mode=0o700)
+        except OSError as error:
+            raise Refused(f"cannot make the scratch folder {self.scratch} ({error})") from None
 
     def graded_stamps(self) -> list[Path]:
         return sorted(self.results.glob("*/*.graded"))

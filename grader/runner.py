@@ -12,6 +12,8 @@ child of the same uid can neither open /proc/<runner>/fd/1 nor ptrace it):
 - `ready`: the job was read and the warm-up done, before any student code ran. A runner that
   never says it failed for the grader's reasons (it could not start or read its job);
 - `started <exercise>`: student code is about to run, so a death from here on is the answer's;
+- `done <exercise>`: its record is complete. A record without `done` is not believed: the
+  runner died while the answer ran (the answer's crash), whatever the answer wrote;
 - `fault <reason>`: the runner could not keep its own records (e.g. the disk is full), which
   is not the answer's doing either.
 """
@@ -219,6 +221,7 @@ def main(job: str) -> int:
     try:
         for exercise in spec["exercises"]:
             supervise(exercise, job_dir, spec["limits"], ours)
+            tell("done", exercise["name"])
             ours |= {job_dir / "out" / f"{exercise['name']}.{kind}" for kind in ("npz", "json")}
     except RunnerFault as fault:
         tell("fault", str(fault))

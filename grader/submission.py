@@ -127,8 +127,7 @@ def _read_outputs(job: Path, name: str, cases: int) -> tuple[list[Outputs], set[
     """The runner's record for one exercise, trusting nothing but its shape."""
     record_path = job / "out" / f"{name}.json"
     if not record_path.is_file() or record_path.stat().st_size > MAX_RECORD_BYTES:
-        error = StudentError("crash", f"`{name}` crashed the grading process (no result).")
-        return [error] * cases, set()
+        return _crashed(name, cases)
     try:
         record = json.loads(record_path.read_text())
         assert isinstance(record, dict)
@@ -158,7 +157,8 @@ def _read_outputs(job: Path, name: str, cases: int) -> tuple[list[Outputs], set[
 
 def run_job(job: Path, limits: Limits, sandbox: Sandbox | None, cases: int) -> list[str]:
     """Start the runner on `job` (in the sandbox, if any) and wait, killing it if it overruns;
-    returns the exercises it started, in order. Raises GraderFault when it failed before any
+    returns the exercises it started, in order, each with whether it finished (its record is
+    complete; one that did not took the runner down). Raises GraderFault when it failed before any
     student code ran, or said it could not keep its records."""
     if RUNNERS.stopping.is_set():
         raise Stopped("the grader was stopped")
@@ -174,12 +174,13 @@ def run_job(job: Path, limits: Limits, sandbox: Sandbox | None, cases: int) -> l
     lines = [line.partition(" ") for line in out.splitlines()]
     faults = [rest for word, _, rest in lines if word == "fault"]
     started = [rest for word, _, rest in lines if word == "started"]
+    done = {rest for word, _, rest in lines if word == "done"}
     if faults:
         raise GraderFault(faults[0])
     if not started:  # no student code ran: whatever stopped it was not the student's doing
         tail = err.strip()[-TAIL_CHARS:] or "no message"
         raise GraderFault(f"the runner did not start its job ({tail})")
-    return started
+    return [(name, name in done) for name in started]
 
 
 def _run(command: list[str], inside: Path, cwd: Path, timeout: float) -> tuple[str, str]:
@@ -303,8 +304,17 @@ def _run_in_fresh_job(specs: list[dict], plans: dict, limits: Limits, sandbox, s
         except OSError as error:
             raise GraderFault(f"could not write the runner's job in {job} ({error})") from None
         started = run_job(job, limits, sandbox, len(specs))
-        by_name = {s["name"]: s for s in specs}
-        return [(n, *_read_outputs(job, n, by_name[n]["cases"])) for n in started]
+        cases = {s["name"]: s["cases"] for s in specs}
+        return [
+            (n, *(_read_outputs(job, n, cases[n]) if done else _crashed(n, cases[n])))
+            for n, done in started
+        ]
+
+
+def _crashed(name: str, cases: int) -> tuple[list[Outputs], set[str]]:
+    return [
+        StudentError("crash", f"`{name}` crashed the grading process (no result).")
+    ] * cases, set()
 
 
 def _result(verdict: Verdict) -> ExerciseResult:
