@@ -149,7 +149,7 @@ class Course:
         if not stamps:
             return ""
         graded = f"{len(stamps)} notebooks were graded into it"
-        if not self.gradebook.is_file() or self.gradebook.stat().st_size == 0:
+        if not _holds_data(self.gradebook):
             state = "missing" if not self.gradebook.exists() else "empty"
             return f"{self.gradebook} is {state}, but {graded}"
         try:  # mode=rw: never create it; a killed write's hot journal is rolled back
@@ -225,6 +225,10 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(partial, path)
 
 
+def _holds_data(path: Path) -> bool:
+    return path.is_file() and path.stat().st_size > 0
+
+
 def prepare(course: Course) -> None:
     """Put every assignment in the gradebook (nbgrader's generate_assignment), once per source."""
     use_this_environment()
@@ -234,7 +238,7 @@ def prepare(course: Course) -> None:
         source = SOLUTIONS / assignment / f"{assignment}.ipynb"
         stamp = course.root / "release" / f".{assignment}.source-sha256"
         digest = hashlib.sha256(source.read_bytes()).hexdigest()
-        if stamp.is_file() and stamp.read_text() == digest:
+        if stamp.is_file() and stamp.read_text() == digest and _holds_data(course.gradebook):
             continue
         result = api.generate_assignment(assignment, force=True, create=True)
         if not result["success"]:

@@ -7,8 +7,9 @@ forbidden library calls it saw. A crash, hang or memory bomb in one exercise cos
 exercise. Nothing here decides a score: the grader compares the arrays in its own process.
 
 What the grader must know for sure travels as lines on this process's stdout, which no student
-code can write (the children's stdout is /dev/null, and this process is not dumpable, so a
-child of the same uid can neither open /proc/<runner>/fd/1 nor ptrace it):
+code can write: the children's stdout is /dev/null, the pipe belongs to the grader's uid (a child
+cannot reopen it through /proc/<runner>/fd/1), and this process is not dumpable (a child of the
+same uid can neither ptrace it nor write its memory to make it speak):
 - `ready`: the job was read and the warm-up done, before any student code ran. A runner that
   never says it failed for the grader's reasons (it could not start or read its job);
 - `started <exercise>`: student code is about to run, so a death from here on is the answer's;

@@ -178,8 +178,8 @@ def run_job(job: Path, limits: Limits, sandbox: Sandbox | None, cases: int) -> l
     if faults:
         raise GraderFault(faults[0])
     if not started:  # no student code ran: whatever stopped it was not the student's doing
-        tail = err.strip()[-TAIL_CHARS:] or "no message"
-        raise GraderFault(f"the runner did not start its job ({tail})")
+        last = err.strip().splitlines()[-1:] or ["no message"]
+        raise GraderFault(f"the runner did not start its job ({last[0][:TAIL_CHARS]})")
     return [(name, name in done) for name in started]
 
 

@@ -52,9 +52,14 @@ for marker in glob.glob("out/*.started"):  # where a runner might note which ans
 os.kill(os.getppid(), signal.SIGKILL)
 """
 FORGES_FAULT = """import os
-try:  # speak for the runner on its stdout
+try:  # speak for the runner on its stdout (a pipe only the grader's uid may open)
     with open(f"/proc/{os.getppid()}/fd/1", "w") as runner_stdout:
         runner_stdout.write("fault the disk is full\\n")
+except OSError:
+    pass
+try:  # or reach into its memory, to make it say so (what ptrace allows)
+    open(f"/proc/{os.getppid()}/mem", "r+b").close()
+    os._exit(1)  # it could: stand for what it would do with that as this answer's crash
 except OSError:
     pass
 """
@@ -108,7 +113,7 @@ def clean(tmp_path_factory):
 
 def test_the_clean_run_blames_no_one_for_the_grader_and_the_grader_for_no_one(clean):
     """A runner killed by the answer, its markers deleted first, costs that exercise only; an
-    answer that writes 'fault' into the runner's output is not believed (nor able to)."""
+    answer cannot make the runner report a fault of its own (its output, its memory)."""
     _, scores, _ = clean
     assert scores == expected_scores(CLASS)
 
