@@ -5,13 +5,16 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 # Two workers, a test file each: the grading suites already run their students in parallel.
 PYTEST_ARGS ?= -n 2 --dist loadfile
+# An index pip also searches, e.g. PyTorch's CPU builds (README: "Why torch==2.13.0 is pinned").
+# Empty by default: pip then uses its own configuration (PyPI, or a local wheel folder).
+TORCH_INDEX ?=
 
 .PHONY: setup demo test lint release release-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -e '.[test]'
 	touch $@
 
 setup: $(STAMP)

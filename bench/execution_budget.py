@@ -39,7 +39,7 @@ from common import (
     wait_for_quiet,
 )
 
-from grader.config import SOLUTIONS, assignments, use_this_environment
+from grader.config import assignments, course_source, use_this_environment
 from grader.notebook import SETUP_ID
 
 
@@ -87,7 +87,7 @@ def label_of(cell: nbformat.NotebookNode) -> str:
 
 def execute_notebook(assignment: str, timeout: int) -> Execution:
     """Run the solution notebook top to bottom, timing kernel start-up and each code cell."""
-    source = SOLUTIONS / assignment / f"{assignment}.ipynb"
+    source = course_source() / assignment / f"{assignment}.ipynb"
     notebook = nbformat.read(source, as_version=4)
     run = Execution(load_before=load_1min())
     started: dict[int, float] = {}

@@ -45,7 +45,7 @@ from nbgrader.preprocessors import (
     SaveAutoGrades,
 )
 
-from grader.config import SOLUTIONS, assignments, course_config, use_this_environment
+from grader.config import assignments, course_config, course_source, use_this_environment
 from grader.nbgrader_steps import InjectResults, results_path
 from grader.notebook import read_notebook, restore_metadata, source_notebook
 from grader.sandbox import Sandbox
@@ -210,7 +210,7 @@ def fingerprint(task: Task) -> str:
     """The submission's content hash, and the solutions', so a changed answer key regrades."""
     digest = hashlib.sha256()
     digest.update(task.submission.read_bytes() if task.submission.is_file() else b"<missing>")
-    digest.update((SOLUTIONS / task.assignment / f"{task.assignment}.ipynb").read_bytes())
+    digest.update((course_source() / task.assignment / f"{task.assignment}.ipynb").read_bytes())
     return digest.hexdigest()
 
 
@@ -235,7 +235,7 @@ def prepare(course: Course) -> None:
     api = course.api()
     for assignment in assignments():
         _stop_point()
-        source = SOLUTIONS / assignment / f"{assignment}.ipynb"
+        source = course_source() / assignment / f"{assignment}.ipynb"
         stamp = course.root / "release" / f".{assignment}.source-sha256"
         digest = hashlib.sha256(source.read_bytes()).hexdigest()
         if stamp.is_file() and stamp.read_text() == digest and _holds_data(course.gradebook):

@@ -15,6 +15,7 @@ SANDBOX_PROCESSES = 64  # per sandbox uid: processes and threads a student's cod
 
 
 def _release(args: argparse.Namespace) -> int:
+    _use_source(args)  # an installed grader has no solutions/ to release from
     from grader.release import generate, stale_files
 
     if args.check:
@@ -32,6 +33,18 @@ def _release(args: argparse.Namespace) -> int:
     generate()
     print("Regenerated notebooks/ from solutions/.")
     return 0
+
+
+def _use_source(args: argparse.Namespace) -> None:
+    """Work from --source (default: the checkout's solutions/); one line, exit 2, and nothing
+    created when it does not hold this course's source notebooks."""
+    from grader.config import MissingSource, use_source
+
+    try:
+        use_source(getattr(args, "source", None))
+    except MissingSource as error:
+        print(f"grader {args.command}: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _isolation(args: argparse.Namespace, course: Path, submissions: Path):
@@ -58,6 +71,7 @@ def _autograde(args: argparse.Namespace) -> int:
     the run is refused, 128 + N when stopped by signal N."""
     from grader.autograde import Course, Interrupted, Refused, autograde
 
+    _use_source(args)
     sandbox, limits = _isolation(args, args.course, args.submissions)
     course = Course(args.course)
     try:
@@ -140,6 +154,7 @@ def _demo(args: argparse.Namespace) -> int:
     from grader.report import format_table, write_csv, write_feedback
     from grader.sandbox import available as sandbox_available
 
+    _use_source(args)
     out = args.out.resolve()
     submissions = write_class(out / "submissions")
     course = Course(out / "course")
@@ -200,6 +215,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--unsafe-no-sandbox",
         action="store_true",
         help="run student code without bubblewrap (only for code you trust)",
+    )
+    grading.add_argument(
+        "--source",
+        type=Path,
+        metavar="PATH",
+        default=None,
+        help="the course's source notebooks, <assignment>/<assignment>.ipynb with solutions and "
+        "hidden tests (default: solutions/ of the checkout this grader runs from; an installed "
+        "grader holds none)",
     )
 
     autograde = commands.add_parser(

@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 
 from grader.checks import EXERCISES
-from grader.config import RELEASE, SOLUTIONS, assignments
+from grader.config import RELEASE, assignments
 from grader.notebook import exercises_of, source_notebook
 
 Notebook = nbformat.NotebookNode
@@ -27,7 +27,7 @@ def _solution(a: str) -> Notebook:
     """What a student who solved everything hands in: the release, with every answer cell
     holding the solution's answer (never the hidden tests, which a student never sees)."""
     notebook = _release(a)
-    source = nbformat.read(SOLUTIONS / a / f"{a}.ipynb", as_version=4)
+    source = source_notebook(a)
     answers = {_grade_id(c): c.source for c in source.cells if _meta(c).get("solution")}
     for cell in notebook.cells:
         if _grade_id(cell) in answers:

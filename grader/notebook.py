@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 
 from grader.checks import EXERCISES
-from grader.config import SOLUTIONS
+from grader.config import course_source
 
 SETUP_ID = "imports"
 
@@ -30,8 +30,10 @@ def _defines(source: str, name: str) -> bool:
     return any(isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name == name for n in tree.body)
 
 
-def source_notebook(assignment: str) -> nbformat.NotebookNode:
-    return nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
+def source_notebook(assignment: str, folder: Path | None = None) -> nbformat.NotebookNode:
+    """`assignment`'s notebook in `folder` (default: the course source graded against)."""
+    folder = folder or course_source()
+    return nbformat.read(folder / assignment / f"{assignment}.ipynb", as_version=4)
 
 
 def exercises_of(notebook: nbformat.NotebookNode) -> list[str]:

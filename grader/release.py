@@ -8,7 +8,7 @@ from pathlib import Path
 
 from nbgrader.apps import NbGraderAPI
 
-from grader.config import RELEASE, assignments, course_config, use_this_environment
+from grader.config import RELEASE, assignments, course_config, course_source, use_this_environment
 
 
 class ReleaseError(RuntimeError):
@@ -24,7 +24,7 @@ def generate(target: Path = RELEASE, db: Path | None = None) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         config = course_config(root=Path(scratch), db=db, release=target)
         api = NbGraderAPI(config=config)
-        for assignment in assignments():
+        for assignment in assignments(course_source()):
             result = api.generate_assignment(assignment, force=True, create=True)
             if not result["success"]:
                 raise ReleaseError(f"{assignment}: {result.get('error') or result.get('log')}")

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from grader.config import REPO
+from grader.config import REPO, course_source
 
 FIRST_UID = 61000  # unused by the system; no passwd entry is needed
 # Where the runner finds its job inside the sandbox, wherever the grader keeps it: a folder under
@@ -170,5 +170,5 @@ def _untraversable_ancestor(path: Path) -> Path | None:
 
 def secrets_of(course_root: Path, submissions: Path | None) -> list[Path]:
     """What student code must never see: the answer key, grading state, the rest of the class."""
-    paths = [REPO / "solutions", REPO / ".git", REPO / "build", course_root]
+    paths = [course_source(), REPO / "solutions", REPO / ".git", REPO / "build", course_root]
     return paths + ([submissions] if submissions is not None else [])

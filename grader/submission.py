@@ -28,6 +28,7 @@ import numpy as np
 from grader.checks import EXERCISES
 from grader.checks.core import Outputs, StudentError, Verdict, judge, plan
 from grader.checks.integrity import forbidden_uses, integrity_message
+from grader.config import RELEASE
 from grader.notebook import (
     answer_source,
     exercises_of,
@@ -227,6 +228,9 @@ def grade_notebooks(
     """One student's notebooks (path, assignment) graded by one runner, which pays Python's and
     torch's start-up once; each exercise still runs in its own forked, limited process.
 
+    The visible checks alone (`grader check`) take the exercises and the imports cell from the
+    student release, so they run where the course source (the answer key) is not installed.
+
     Args:
         scratch: the folder to hold the runners' job folders (default: the system's temporary
             folder). Raises GraderFault when a runner fails for the grader's reasons.
@@ -234,7 +238,7 @@ def grade_notebooks(
     verdicts: dict[str, Verdict] = {}
     names_by_notebook, plans, answers, specs = [], {}, {}, []
     for path, assignment in notebooks:
-        source = source_notebook(assignment)
+        source = source_notebook(assignment, None if hidden else RELEASE)
         names = exercises_of(source)
         names_by_notebook.append(names)
         plans.update({n: plan(EXERCISES[n], hidden, seed) for n in names})

@@ -324,7 +324,7 @@ def _seed_mean_grad_norms(kind: str, num_layers: int, seeds=(0, 1, 2)) -> torch.
 
 def test_post_ln_gradient_grows_with_layer_index():
     # 12 layers, not 6. Last/first over ten groups of 3 seeds: 0.98-1.30 at 6 layers (too close
-    # to 1 to assert), 1.31-1.97 at 12 layers; 1.55 for seeds 0-2 (content.md measured 1.53).
+    # to 1 to assert), 1.31-1.97 at 12 layers; 1.55 for seeds 0-2.
     norms = _seed_mean_grad_norms("post", 12)
     assert norms[-1] / norms[0] > 1.2
 

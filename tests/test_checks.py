@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
 from conftest import SEEDS, answer_from
 
 from grader.checks import EXERCISES, CheckFailed, check, grade, run
-from grader.checks.core import StudentError, judge, plan
+from grader.checks.core import StudentError, expected_outputs, judge, outputs_of, plan
 
 CASES = [(e, m) for e in EXERCISES.values() for m in e.mistakes]
 
@@ -123,12 +125,66 @@ def test_grade_returns_the_partial_score_and_check_stays_quiet_when_autograding(
     assert "n−1" in capsys.readouterr().out
 
 
-def test_feedback_never_shows_hidden_inputs_or_reference_outputs():
-    exercise = EXERCISES["layer_norm"]
-    planned = plan(exercise, hidden=True, seed=5)
-    wrong = [StudentError("ValueError", "boom")] * len(planned)
-    text = judge(exercise, planned, wrong).render()
-    for _, inputs in planned:
-        for value in inputs["x"].flatten()[:5]:
-            assert f"{value:.4f}" not in text
-    assert "def " not in text and "BEGIN" not in text
+def _telling_numbers(arrays) -> set[str]:
+    """Each float value of `arrays` as feedback would print it, skipping ones that could appear
+    by coincidence (integers, tiny values)."""
+    shown = set()
+    for array in arrays:
+        if not np.issubdtype(array.dtype, np.floating):
+            continue
+        for value in array.flatten()[:20].tolist():
+            if abs(value) > 0.05 and abs(value - round(value)) > 0.05:
+                shown |= {f"{value:.4f}", f"{value:.3f}"}
+    return shown
+
+
+def _outputs_or_error(exercise, impl, inputs):
+    try:
+        return outputs_of(exercise, impl, inputs)
+    except Exception as error:  # a mistake need not apply to every input
+        return StudentError(type(error).__name__, str(error))
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_feedback_never_shows_hidden_inputs_or_reference_outputs(name):
+    """Feedback on outputs that are close to right, far off, and those of each known mistake
+    names no hidden input and no expected value."""
+    exercise = EXERCISES[name]
+    planned = [(c, i) for c, i in plan(exercise, hidden=True, seed=5) if c.hidden]
+    expected = [expected_outputs(exercise, c, i) for c, i in planned]
+    answers = [
+        [{k: v + 1e-3 for k, v in e.items()} for e in expected],
+        [{k: v * 3 - 0.7 for k, v in e.items()} for e in expected],
+        *([_outputs_or_error(exercise, m.impl, i) for _, i in planned] for m in exercise.mistakes),
+    ]
+    secrets = set()
+    for (_, inputs), want in zip(planned, expected, strict=True):
+        secrets |= _telling_numbers(inputs.values()) | _telling_numbers(want.values())
+    for outputs in answers:
+        text = judge(exercise, planned, outputs).render()
+        assert not {s for s in secrets if s in text}, text
+        assert "def " not in text and "BEGIN" not in text
+
+
+VARIANTS = sorted(
+    {
+        (e.name, m.impl.func)
+        for e in EXERCISES.values()
+        for m in e.mistakes
+        if isinstance(m.impl, partial)
+    },
+    key=lambda v: (v[0], v[1].__name__),
+)
+
+
+@pytest.mark.parametrize(("name", "variant"), VARIANTS, ids=lambda v: getattr(v, "__name__", v))
+def test_a_mistake_variant_with_every_switch_off_is_the_reference(name, variant):
+    """Each known mistake is one switch of a shared variant: with none set, it must be right,
+    or a diagnosis could match an answer for a difference the mistake does not make."""
+    exercise = EXERCISES[name]
+    verdict = judge(
+        exercise,
+        planned := plan(exercise, hidden=True, seed=0),
+        [outputs_of(exercise, variant, inputs) for _, inputs in planned],
+    )
+    assert verdict.passed, verdict.render()

@@ -11,7 +11,7 @@ from nbgrader.api import Gradebook
 
 from grader.autograde import Course, Task, fingerprint, prepare, record
 from grader.checks import EXERCISES, run
-from grader.config import SOLUTIONS, assignments
+from grader.config import assignments, course_source
 from grader.nbgrader_steps import TEST_SUFFIX, results_path
 from grader.notebook import exercises_of, source_notebook
 from grader.report import leaks_hidden_tests, write_feedback
@@ -52,7 +52,9 @@ def recorded(tmp_path_factory):
     for assignment in assignments():
         names = exercises_of(source_notebook(assignment))
         for k in range(max(len(EXERCISES[n].mistakes) for n in names)):
-            task = Task(student_id(k), assignment, SOLUTIONS / assignment / f"{assignment}.ipynb")
+            task = Task(
+                student_id(k), assignment, course_source() / assignment / f"{assignment}.ipynb"
+            )
             path = results_path(course.results, task.student, assignment)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"exercises": results_of(names, k, verdicts)}))

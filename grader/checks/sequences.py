@@ -2,10 +2,10 @@
 
 One mask convention: bool, True = real token. Hidden inputs use real tokens with feature means
 between 1 and 5 (std 2) and padding that is zero, garbage (mean −5, std 20) or NaN, so that any
-statistic that reads the padding is off by far more than the tolerance: in content.md §7 exp. 4,
-zero padding at 49 % real tokens moves BatchNorm's mean from ≈3.1 to ≈1.5, and naive mean pooling
-of a length-2 sequence padded to 20 is off by 0.67. Every error case expects a ValueError, never
-a NaN.
+statistic that reads the padding is off by far more than the tolerance (notebook 03 shows the
+sizes: zero padding drags BatchNorm's mean towards 0 in proportion to the padded share, and naive
+mean pooling of a length-2 sequence padded to 20 is off by ~0.7; docs/margins.md has each
+mistake's distance from the tolerance). Every error case expects a ValueError, never a NaN.
 """
 
 from __future__ import annotations

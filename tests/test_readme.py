@@ -1,0 +1,122 @@
+"""Every command in README.md's code blocks, checked against what it names or run as written.
+
+Run exactly as written: `make test` by CI (.ci/run); here, each `grader ... --help`, the
+student's `grader check` on the untouched release, and the instructor's autograde, feedback and
+export, in order, in a folder holding a one-student SUBMISSIONS class. Checked, not run: `grader
+release` (it rewrites notebooks/; tests/test_release.py compares a fresh generation with it),
+`grader release --check` and `grader demo` (tests/test_release.py and tests/test_grading.py run
+what they run) parse with grader's own parser; `make` commands name the Makefile's targets and
+variables; the conda route names environment.yml and its environment, and its `pytest` is the
+suite `make test` runs; the CPU index given to `make` (not reachable here) is the one
+environment.yml uses.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import shlex
+import subprocess
+
+import pytest
+
+from grader.cli import build_parser
+from grader.config import REPO, assignments
+from grader.demo import PROFILES, expected_scores, write_class
+from grader.sandbox import available
+
+GRADER = ".venv/bin/grader"
+CHECKED = {"make", "conda", "pytest", GRADER}
+MAKEFILE = (REPO / "Makefile").read_text()
+ENVIRONMENT = (REPO / "environment.yml").read_text()
+
+
+def readme_commands() -> list[list[str]]:
+    """Each line of README's ```bash blocks, split as the shell would, without its comment."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", (REPO / "README.md").read_text(), re.S | re.M)
+    lines = (line for block in blocks for line in block.splitlines())
+    return [argv for line in lines if (argv := shlex.split(line, comments=True))]
+
+
+COMMANDS = readme_commands()
+GRADER_COMMANDS = [argv for argv in COMMANDS if argv[0] == GRADER]
+RUN_HERE = [argv for argv in GRADER_COMMANDS if "--help" in argv or argv[1] == "check"]
+INSTRUCTOR = [argv for argv in GRADER_COMMANDS if argv[1] in ("autograde", "feedback", "export")]
+NO_VENV = pytest.mark.skipif(not (REPO / GRADER).is_file(), reason=f"no {GRADER}: not make's")
+
+
+def _of(program: str) -> list[list[str]]:
+    return [argv for argv in COMMANDS if argv[0] == program]
+
+
+def test_every_readme_command_is_one_this_file_checks():
+    assert {argv[0] for argv in COMMANDS} <= CHECKED
+    assert len(GRADER_COMMANDS) > len(RUN_HERE) + len(INSTRUCTOR)
+    assert [argv[1] for argv in INSTRUCTOR] == ["autograde", "feedback", "export"]
+
+
+def test_ci_runs_make_test_as_written():
+    assert ["make", "test"] in COMMANDS
+    assert re.search(r"^(time )?make test$", (REPO / ".ci" / "run").read_text(), re.M)
+
+
+def test_make_commands_name_the_makefiles_targets_and_variables():
+    targets = set(re.findall(r"^([\w-]+):", MAKEFILE, re.M))
+    variables = set(re.findall(r"^(\w+)\s*\?=", MAKEFILE, re.M))
+    for argv in _of("make"):
+        for word in argv[1:]:
+            name, assigns, _ = word.partition("=")
+            assert name in (variables if assigns else targets), argv
+
+
+def test_the_cpu_index_given_to_make_is_the_one_the_conda_route_uses():
+    indexes = [w.partition("=")[2] for argv in _of("make") for w in argv if "_INDEX=" in w]
+    assert indexes == ["https://download.pytorch.org/whl/cpu"]
+    assert f"--extra-index-url {indexes[0]}" in ENVIRONMENT
+    assert "--extra-index-url $(TORCH_INDEX)" in MAKEFILE
+
+
+def test_the_conda_route_names_environment_yml_its_environment_and_the_suite():
+    (name,) = re.findall(r"^name: (\S+)$", ENVIRONMENT, re.M)
+    assert ["conda", "env", "create", "-f", "environment.yml"] in COMMANDS
+    assert ["conda", "activate", name] in COMMANDS
+    assert _of("pytest") == [["pytest"]]
+    assert "$(PY) -m pytest $(PYTEST_ARGS)" in MAKEFILE  # the same suite, run by CI
+
+
+@pytest.mark.parametrize("argv", GRADER_COMMANDS, ids=" ".join)
+def test_each_grader_command_parses_and_has_help(argv, capsys):
+    parser = build_parser()
+    words = [w for w in argv[1:] if w != "--help"]
+    if words:
+        assert parser.parse_args(words).command == words[0]
+    with pytest.raises(SystemExit) as done:
+        parser.parse_args([*words, "--help"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: grader {' '.join(words[:1])}".rstrip())
+
+
+@NO_VENV
+@pytest.mark.parametrize("argv", RUN_HERE, ids=" ".join)
+def test_readme_command_runs_as_written(argv):
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
+    if "--help" in argv:
+        assert done.returncode == 0 and done.stdout.startswith("usage: grader"), done.stderr
+    else:  # the untouched release: every exercise still to do
+        assert done.returncode == 1 and "Still to fix:" in done.stdout, done.stdout + done.stderr
+
+
+@NO_VENV
+@pytest.mark.skipif(not available(), reason="bubblewrap is not installed: autograde refuses")
+def test_the_instructor_commands_run_as_written_in_order(tmp_path):
+    (tmp_path / ".venv").symlink_to(REPO / ".venv")
+    write_class(tmp_path / "SUBMISSIONS", {"ada": PROFILES["ada"]})
+    for argv in INSTRUCTOR:
+        done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, (argv, done.stdout, done.stderr)
+    assert len(list((tmp_path / "course" / "feedback").rglob("*.html"))) == len(assignments())
+    (ada,) = csv.DictReader((tmp_path / "grades.csv").open())
+    full = sum(
+        sum(scores.values()) for scores in expected_scores({"ada": PROFILES["ada"]}).values()
+    )
+    assert float(ada["total"]) == full > 0
