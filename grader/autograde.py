@@ -47,7 +47,7 @@ from nbgrader.preprocessors import (
 
 from grader.config import assignments, course_config, course_source, use_this_environment
 from grader.nbgrader_steps import InjectResults, results_path
-from grader.notebook import read_notebook, restore_metadata, source_notebook
+from grader.notebook import read_notebook, restore_metadata, source_notebook, submitted_bytes
 from grader.sandbox import Sandbox
 from grader.submission import (
     DEFAULT_LIMITS,
@@ -209,7 +209,10 @@ def discover(submissions: Path) -> list[Task]:
 def fingerprint(task: Task) -> str:
     """The submission's content hash, and the solutions', so a changed answer key regrades."""
     digest = hashlib.sha256()
-    digest.update(task.submission.read_bytes() if task.submission.is_file() else b"<missing>")
+    try:
+        digest.update(submitted_bytes(task.submission))
+    except (OSError, ValueError) as error:  # missing or refused: graded as such, stably
+        digest.update(f"<{type(error).__name__}: {error}>".encode())
     digest.update((course_source() / task.assignment / f"{task.assignment}.ipynb").read_bytes())
     return digest.hexdigest()
 

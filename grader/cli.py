@@ -47,20 +47,17 @@ def _use_source(args: argparse.Namespace) -> None:
         raise SystemExit(2) from None
 
 
-def _isolation(args: argparse.Namespace, course: Path, submissions: Path):
+def _isolation(args: argparse.Namespace):
     """The sandbox and limits to grade with; refuses (exit 2) when bubblewrap is missing unless
     the instructor explicitly accepts running student code unsandboxed."""
-    import os
-
-    from grader.sandbox import Sandbox, SandboxUnavailable, secrets_of
+    from grader.sandbox import Sandbox, SandboxUnavailable
     from grader.submission import Limits
 
     limits = Limits(wall_seconds=args.timeout)
     if args.unsafe_no_sandbox:
         return None, limits
-    slots = args.jobs or os.cpu_count() or 1
     try:
-        sandbox = Sandbox(secrets_of(course.resolve(), submissions.resolve()), slots)
+        sandbox = Sandbox()
     except SandboxUnavailable as error:
         raise SystemExit(f"grader: {error}") from None
     return sandbox, Limits(wall_seconds=args.timeout, processes=SANDBOX_PROCESSES)
@@ -72,7 +69,7 @@ def _autograde(args: argparse.Namespace) -> int:
     from grader.autograde import Course, Interrupted, Refused, autograde
 
     _use_source(args)
-    sandbox, limits = _isolation(args, args.course, args.submissions)
+    sandbox, limits = _isolation(args)
     course = Course(args.course)
     try:
         outcomes = autograde(
@@ -162,7 +159,7 @@ def _demo(args: argparse.Namespace) -> int:
     if not sandbox_available():  # the sample class is our own code: safe to run unsandboxed
         print("bubblewrap is not installed: grading the sample class without the sandbox.")
         args.unsafe_no_sandbox = True
-    sandbox, limits = _isolation(args, course.root, submissions)
+    sandbox, limits = _isolation(args)
     print(f"Grading a sample class of {len(students)} students ({submissions}) ...")
     outcomes = autograde(submissions, course, args.jobs, None, limits, sandbox)
     print()

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import nbformat
 
 from grader.checks import EXERCISES
 from grader.config import course_source
+from grader.untrusted import read_below
 
 SETUP_ID = "imports"
+MAX_NOTEBOOK_BYTES = 20 << 20  # a course notebook with its plots is well under 1 MB
 
 
 def _grade_id(cell) -> str:
@@ -56,13 +58,25 @@ def answer_source(notebook: nbformat.NotebookNode, name: str) -> str | None:
     )  # a duplicated cell: the last one wins, as in Jupyter
 
 
+def submitted_bytes(path: Path) -> bytes:
+    """The bytes of a notebook at <submissions>/<student>/<assignment>/<notebook>, nbgrader's
+    layout. Those three steps are the student's: a link in any of them, a FIFO, a device or a
+    file over MAX_NOTEBOOK_BYTES is refused (untrusted.Refused, a ValueError)."""
+    return read_below(path.parents[2], PurePath(*path.parts[-3:]), MAX_NOTEBOOK_BYTES)
+
+
 def read_notebook(path: Path) -> nbformat.NotebookNode:
-    """A notebook from disk; raises ValueError with a plain reason when it cannot be read."""
+    """A submitted notebook (see submitted_bytes); raises ValueError with a plain reason when it
+    cannot be read."""
     try:
-        return nbformat.read(path, as_version=4)
+        data = submitted_bytes(path)
     except FileNotFoundError:
         raise ValueError(f"{path.name} is missing") from None
-    except Exception as error:  # invalid JSON, wrong schema, binary junk
+    except OSError as error:  # a folder that is a file, no permission
+        raise ValueError(f"{path.name} cannot be opened ({error.strerror})") from None
+    try:
+        return nbformat.reads(data.decode(), as_version=4)
+    except Exception as error:  # invalid JSON or UTF-8, wrong schema, binary junk
         raise ValueError(
             f"{path.name} is not a readable notebook ({type(error).__name__})"
         ) from None

@@ -1,34 +1,65 @@
-"""The isolation layer around the runner: bubblewrap, an unprivileged uid, limits, no network.
+"""The isolation layer around the runner: bubblewrap, a fresh unprivileged uid, limits, no network.
 
-Inside, the runner sees a read-only view of the system, a private /tmp, its own job directory
-(the only writable place), no network (its own network namespace), its own PID namespace, and
-empty folders where the answer key (solutions/, the git history), the grading working directory
-(gradebook, results, staged submissions) and the submissions of the class would be.
+Inside, the runner's file system is an allow-list, read-only except its job folder: the system's
+programs and libraries (/usr, and /bin, /lib... as the distribution lays them out), the dynamic
+loader's few files in /etc, the Python installation, every folder on the runner's `sys.path` and
+every package it imports, wherever they really are (a virtualenv in a private home, a symlinked
+interpreter, an editable install), plus a private /dev, /proc and /tmp. Nothing else of the host
+exists there: not the homes around those folders, not the course folder (even one created after
+the sandbox), not the other submissions, not the checkout around the course's packages (which
+holds the answer key; should the answer key lie inside a folder the runner needs, the sandbox
+refuses to start). It also has no network, its own PID and IPC namespaces.
 
-Each concurrently running sandbox gets its own uid, so a per-uid limit such as RLIMIT_NPROC
-(a fork bomb's ceiling) is one student's alone.
+Graded as root, every student's runner gets a uid no other runner had in this run, from a range
+wide enough that another run very likely never gives it either: per-uid kernel state (the
+keyring, RLIMIT_NPROC's count of processes) is one student's alone and carries nothing to the
+next. (Run by an ordinary user, bubblewrap gives each runner a user namespace, and with it a
+keyring, of its own.)
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
-import queue
 import shutil
 import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+import time
+from collections.abc import Iterable
 from pathlib import Path
 
-from grader.config import REPO, course_source
+from grader.config import REPO, assignments, course_source
 
-FIRST_UID = 61000  # unused by the system; no passwd entry is needed
-# Where the runner finds its job inside the sandbox, wherever the grader keeps it: a folder under
-# a closed one (mkdtemp's mode 700, e.g. a TMPDIR inside /tmp) would be untraversable there.
-JOB = Path("/tmp/job")
+# Above every range that distributions, systemd, container tools and directory services (sssd,
+# FreeIPA) hand out, so no real user's files or keyring are shared; no passwd entry is needed.
+UIDS = range(1 << 31, (1 << 32) - (1 << 16))
 TMP_BYTES = 256 << 20
+# The system as the dynamic loader and the interpreter need it; each is a folder, a file or a
+# link (/lib -> usr/lib on merged-/usr distributions), bound or mirrored where it exists.
+SYSTEM = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+)
+RUNNER_PACKAGES = ("grader", "norm_utils", "torch", "numpy", "matplotlib")
+# Where the runner finds things, asked of this interpreter with the runner's own environment.
+WHERE_PROBE = """
+import importlib.util, json, sys
+specs = [importlib.util.find_spec(name) for name in NAMES]
+folders = [f for s in specs if s for f in s.submodule_search_locations or []]
+print(json.dumps({"path": sys.path[1:], "packages": folders}))
+"""
 
 
 class SandboxUnavailable(RuntimeError):
@@ -40,68 +71,88 @@ def available() -> bool:
 
 
 class Sandbox:
-    """Hands out one uid per concurrent job and builds the bubblewrap command line."""
+    """Builds the bubblewrap command line for a job, each job with a uid of its own."""
 
-    def __init__(self, hidden: Iterable[Path], slots: int):
+    def __init__(self) -> None:
         if not available():
             raise SandboxUnavailable(
                 "bubblewrap is not installed (apt-get install bubblewrap); refusing to run "
                 "student code without a sandbox unless given --unsafe-no-sandbox"
             )
-        self.hidden = [p.resolve() for p in hidden if p.exists()]
         self.as_root = os.geteuid() == 0
-        self.uids: queue.Queue[int] = queue.Queue()
-        for i in range(slots):
-            self.uids.put(FIRST_UID + i)
+        # Seeded from the clock and the pid, so two runs start far apart in the range.
+        start = (time.time_ns() ^ os.getpid() << 32) % len(UIDS)
+        self._counter = itertools.count(start)  # next() on it is atomic: threads share it
+        self._given: set[int] = set()
+        self.visible = visible_paths()
+        self._check_answer_key_hidden()
         self._check_runner_starts()
 
+    def _check_answer_key_hidden(self) -> None:
+        """Refuse when the answer key lies inside a folder the runner must see (a checkout that
+        pip's `install -e git+...` placed in the virtualenv's src/, say)."""
+        shown = _outermost(p.resolve() for p in self.visible)
+        for secret in answer_keys():
+            around = [f for f in shown if secret.is_relative_to(f)]
+            if around:
+                raise SandboxUnavailable(
+                    f"the answer key {secret} lies inside {around[0]}, which the sandboxed "
+                    "runner must see: move it (or the course's checkout) out of there"
+                )
+
     def _check_runner_starts(self) -> None:
-        """Start Python in the sandbox once and import what the runner needs. If it cannot,
-        every student would get 0 for the grader's own fault: refuse, and say why."""
-        probe = [sys.executable, "-c", "import torch, norm_utils, grader.runner"]
-        with tempfile.TemporaryDirectory(prefix="grader-probe-") as job, self.slot() as uid:
-            command = self.command(probe, Path(job), uid)
-            done = subprocess.run(command, env=runner_env(JOB), capture_output=True, text=True)
-        if done.returncode == 0:
-            return
-        lines = done.stderr.strip().splitlines()
-        closed = [f"{p} (mode {p.stat().st_mode & 0o777:o})" for p in _closed_to_others()]
-        hint = (
-            f" The runner runs as an unprivileged user (uid {FIRST_UID} and up), who cannot read "
-            f"{', '.join(closed)}: make it readable by others (chmod o+rX), or grade with "
-            "--unsafe-no-sandbox on a machine you trust."
-            if closed
-            else " Grade with --unsafe-no-sandbox only on a machine you trust."
+        """Start Python in the sandbox once and run what the runner runs before any student
+        code (its imports and every notebook's imports cell). If it cannot, every student would
+        get 0 for the grader's own fault: refuse, and say why."""
+        probe = [sys.executable, "-c", "\n".join(["import grader.runner", *_setup_cells()])]
+        with tempfile.TemporaryDirectory(prefix="grader-probe-") as job:
+            done = subprocess.run(
+                self.command(probe, Path(job)),
+                env=runner_env(Path(job)),
+                capture_output=True,
+                text=True,
+            )
+        if done.returncode != 0:
+            lines = done.stderr.strip().splitlines()
+            reason = lines[-1] if lines else f"exit status {done.returncode}"
+            raise SandboxUnavailable(self._why_not(reason))
+
+    def _why_not(self, reason: str) -> str:
+        closed = _closed_to_others(self.visible) if self.as_root else []
+        if closed:
+            named = ", ".join(f"{p} (mode {p.stat().st_mode & 0o777:o})" for p in closed)
+            hint = (
+                f"The runner runs as an unprivileged user (uid {UIDS.start} and up), who cannot "
+                f"read {named}: make it readable by others (chmod -R o+rX), or grade with "
+                "--unsafe-no-sandbox on a machine you trust."
+            )
+        else:
+            shown = ", ".join(str(p) for p in self.visible)
+            hint = (
+                f"It sees only {shown}: install what is missing into this environment "
+                f"({sys.prefix}), or grade with --unsafe-no-sandbox on a machine you trust."
+            )
+        return (
+            f"the sandboxed runner cannot start, so every student would score 0 ({reason}). {hint}"
         )
-        raise SandboxUnavailable(
-            "the sandboxed runner cannot start, so every student would score 0 "
-            f"({lines[-1] if lines else f'exit status {done.returncode}'}).{hint}"
-        )
 
-    @contextmanager
-    def slot(self) -> Iterator[int]:
-        uid = self.uids.get()
-        try:
-            yield uid
-        finally:
-            self.uids.put(uid)
+    def _uid_for(self, job: Path) -> int:
+        """The job's own uid when the runner is started again on it (what the previous one
+        left belongs to that uid), otherwise a uid no runner had yet."""
+        owner = job.stat().st_uid
+        if owner in self._given:
+            return owner
+        uid = UIDS.start + next(self._counter) % len(UIDS)
+        self._given.add(uid)
+        os.chown(job, uid, uid)
+        return uid
 
-    @staticmethod
-    def _python_visible() -> list[str]:
-        """What the runner needs, read-only, even where the private /tmp or a closed folder
-        would hide it: the Python installation (pyenv may live under /root, mode 700), the
-        virtualenv, and this course's code (a checkout may live under /tmp)."""
-        needed = _needed()
-        closed = dict.fromkeys(c for p in needed if (c := _untraversable_ancestor(p)) is not None)
-        args = [arg for folder in closed for arg in ("--tmpfs", str(folder))]
-        return args + [arg for path in needed for arg in ("--ro-bind", str(path), str(path))]
-
-    def command(self, command: list[str], job: Path, uid: int) -> list[str]:
-        """`command` run in the sandbox as `uid`, with the folder `job` as its working
-        directory, seen inside as `JOB`."""
+    def command(self, command: list[str], job: Path) -> list[str]:
+        """The command line that runs `command` in the sandbox, with `job` as its writable
+        working directory."""
         drop = []
         if self.as_root:  # root ignores RLIMIT_NPROC: the runner gets an unprivileged uid
-            os.chown(job, uid, uid)
+            uid = self._uid_for(job)
             drop = [
                 "setpriv",
                 f"--reuid={uid}",
@@ -112,7 +163,6 @@ class Sandbox:
             ]
         bwrap = [
             "bwrap",
-            "--ro-bind", "/", "/",
             "--dev", "/dev",
             "--proc", "/proc",
             "--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", "/tmp",
@@ -123,14 +173,9 @@ class Sandbox:
             "--new-session",
             "--setenv", "GRADER_SANDBOX", "1",
         ]  # fmt: skip
-        bwrap += self._python_visible()
-        for path in self.hidden:  # a file (e.g. a git worktree's .git) is hidden by an empty one
-            bwrap += (
-                ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
-            )
-        bwrap += ["--bind", str(job), str(JOB), "--chdir", str(JOB)]
+        bwrap += mounts(self.visible, writable=job)
         # bubblewrap mounts as the caller; the uid is dropped inside, just before the runner.
-        return [*bwrap, *drop, *command]
+        return [*bwrap, "--chdir", str(job), *drop, *command]
 
 
 def runner_env(job: Path) -> dict[str, str]:
@@ -146,29 +191,106 @@ def runner_env(job: Path) -> dict[str, str]:
     }
 
 
-def _needed() -> dict[Path, None]:
-    """The folders the runner reads: the Python installation, the virtualenv, the course code."""
-    return dict.fromkeys(p.resolve() for p in (Path(sys.base_prefix), Path(sys.prefix), REPO))
+def _setup_cells() -> list[str]:
+    from grader.notebook import setup_code, source_notebook  # it needs the checks: import late
+
+    return [setup_code(source_notebook(a)) for a in assignments()]
 
 
-def _closed_to_others(paths: Iterable[Path] | None = None) -> list[Path]:
-    """Those of `paths` (default: the folders the runner reads) that others may not list and
-    enter. A closed ancestor can be covered (see _python_visible); the folder itself cannot."""
-    wanted = stat.S_IROTH | stat.S_IXOTH
-    return [
-        p for p in (_needed() if paths is None else paths) if p.stat().st_mode & wanted != wanted
-    ]
+def visible_paths() -> list[Path]:
+    """What the runner reads, as this machine names it: the system, the interpreter, every
+    folder on the runner's sys.path (.pth files included) and every package it imports (an
+    editable install's finder maps them anywhere). A folder that holds the answer key (a
+    checkout on sys.path) is never shown whole: the course's packages in it are."""
+    with tempfile.TemporaryDirectory(prefix="grader-where-") as scratch:
+        code = f"NAMES = {RUNNER_PACKAGES!r}\n{WHERE_PROBE}"
+        where = subprocess.run(
+            [sys.executable, "-c", code],
+            env=runner_env(Path(scratch)),
+            cwd=scratch,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    found = json.loads(where.stdout)
+    keys = answer_keys()
+    on_path = [p for p in found["path"] if not _is_inside_any(keys, Path(p).resolve())]
+    paths = [*SYSTEM, sys.executable, sys.prefix, sys.base_prefix, *on_path, *found["packages"]]
+    return [p for p in dict.fromkeys(Path(os.path.abspath(p)) for p in paths) if p.exists()]
 
 
-def _untraversable_ancestor(path: Path) -> Path | None:
-    """The outermost folder above `path` that others may not enter (e.g. /root, mode 700)."""
-    for parent in reversed(path.parents):
-        if parent != Path("/") and not parent.stat().st_mode & stat.S_IXOTH:
-            return parent
-    return None
+def mounts(paths: Iterable[Path], writable: Path) -> list[str]:
+    """bubblewrap arguments showing `paths` read-only and `writable` read-write at the names
+    they have here, symbolic links on the way mirrored, and nothing else of the host. The
+    folders around them are made 0755 (bubblewrap would make them 0700, closed to the runner)."""
+    links: dict[Path, str] = {}
+    for path in [*paths, writable]:
+        links |= symlinks_met(path)
+    binds = _outermost([p.resolve() for p in paths])
+    job = writable.resolve()
+    inside_binds = [*binds, job]
+    links = {k: v for k, v in links.items() if not _is_inside(k, inside_binds)}
+    folders = {
+        parent
+        for p in [*binds, job, *links]
+        for parent in p.parents
+        if parent != Path("/") and not _is_inside(parent, binds)
+    }
+    args = [a for f in sorted(folders) for a in ("--perms", "0755", "--dir", str(f))]
+    args += [a for b in binds for a in ("--ro-bind", str(b), str(b))]
+    args += [a for link, target in links.items() for a in ("--symlink", target, str(link))]
+    return [*args, "--bind", str(job), str(job)]
 
 
-def secrets_of(course_root: Path, submissions: Path | None) -> list[Path]:
-    """What student code must never see: the answer key, grading state, the rest of the class."""
-    paths = [course_source(), REPO / "solutions", REPO / ".git", REPO / "build", course_root]
-    return paths + ([submissions] if submissions is not None else [])
+def symlinks_met(path: Path) -> dict[Path, str]:
+    """Every symbolic link crossed on the way to `path` (absolute), with its target, in order:
+    the sandbox mirrors them, so each path is reached there by the name it has here."""
+    links: dict[Path, str] = {}
+    here, todo = Path("/"), list(path.parts[1:])
+    while todo:
+        part = todo.pop(0)
+        step = here.parent if part == ".." else here / part
+        if step.is_symlink():  # `path` exists, so this ends: no loop on the way
+            target = os.readlink(step)
+            links[step] = target
+            here = Path("/") if os.path.isabs(target) else here
+            todo[:0] = Path(target).parts[1:] if os.path.isabs(target) else Path(target).parts
+        else:
+            here = step
+    return links
+
+
+def answer_keys() -> list[Path]:
+    """What holds the answers, resolved: the source graded against (a checkout's solutions/
+    or --source), the checkout's solutions/ and its git history."""
+    keys = (course_source(), REPO / "solutions", REPO / ".git")
+    return [k.resolve() for k in dict.fromkeys(keys) if k.exists()]
+
+
+def _is_inside_any(paths: Iterable[Path], folder: Path) -> bool:
+    return any(p.is_relative_to(folder) for p in paths)
+
+
+def _is_inside(path: Path, folders: Iterable[Path]) -> bool:
+    return any(path.is_relative_to(f) for f in folders)
+
+
+def _outermost(paths: Iterable[Path]) -> list[Path]:
+    """`paths` without those inside another one, sorted."""
+    kept: list[Path] = []
+    for path in sorted(set(paths)):
+        if not _is_inside(path, kept):
+            kept.append(path)
+    return kept
+
+
+def _closed_to_others(paths: Iterable[Path]) -> list[Path]:
+    """Those of `paths` that others may not read (and, for a folder, enter): a runner with an
+    unprivileged uid cannot use them, even though the sandbox shows them."""
+    closed = []
+    for path in _outermost(p.resolve() for p in paths):
+        mode = path.stat().st_mode
+        wanted = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(mode) else 0)
+        if mode & wanted != wanted:
+            closed.append(path)
+    return closed

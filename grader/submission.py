@@ -10,6 +10,7 @@ runner said an exercise had started (see grader.runner) can cost that exercise p
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import numpy as np
 
@@ -36,9 +37,11 @@ from grader.notebook import (
     setup_code,
     source_notebook,
 )
-from grader.sandbox import JOB, Sandbox, runner_env
+from grader.sandbox import Sandbox, runner_env
+from grader.untrusted import read_below, write_replacing
 
 MAX_RECORD_BYTES = 1 << 20
+MAX_ARRAYS_BYTES = 64 << 20  # the runner cannot write more (Limits.file_mb)
 TAIL_CHARS = 300  # of a failed runner's stderr, to name the cause
 
 
@@ -125,24 +128,23 @@ def _write_inputs(job: Path, name: str, planned) -> None:
 
 
 def _read_outputs(job: Path, name: str, cases: int) -> tuple[list[Outputs], set[str]]:
-    """The runner's record for one exercise, trusting nothing but its shape."""
-    record_path = job / "out" / f"{name}.json"
-    if not record_path.is_file() or record_path.stat().st_size > MAX_RECORD_BYTES:
-        return _crashed(name, cases)
+    """The runner's record for one exercise, trusting nothing but its shape (the job folder is
+    the student's: no link, FIFO or oversized file in it is followed, waited on or loaded)."""
     try:
-        record = json.loads(record_path.read_text())
+        record = json.loads(read_below(job, PurePath("out", f"{name}.json"), MAX_RECORD_BYTES))
         assert isinstance(record, dict)
-    except (ValueError, AssertionError, UnicodeDecodeError):
+    except FileNotFoundError:
+        return _crashed(name, cases)
+    except (OSError, ValueError, AssertionError):  # Refused, bad JSON or UTF-8
         error = StudentError("crash", f"`{name}` left a result that is not the runner's.")
         return [error] * cases, set()
     if "load_error" in record:
         kind, message = record["load_error"]
         return [StudentError(str(kind), str(message))] * cases, set()
     errors = record.get("errors", {})
-    try:  # never unpickle: an object array in the file is refused, not loaded
-        with np.load(job / "out" / f"{name}.npz", allow_pickle=False) as data:
-            arrays = {key: data[key] for key in data.files}
-    except (OSError, ValueError, zipfile.BadZipFile):
+    try:
+        arrays = _plain_arrays(read_below(job, PurePath("out", f"{name}.npz"), MAX_ARRAYS_BYTES))
+    except (OSError, ValueError, MemoryError, zipfile.BadZipFile):  # MemoryError: a forged shape
         error = StudentError("crash", f"`{name}` left a result that is not plain arrays.")
         return [error] * cases, set()
     outputs: list[Outputs] = []
@@ -156,6 +158,17 @@ def _read_outputs(job: Path, name: str, cases: int) -> tuple[list[Outputs], set[
     return outputs, {str(c) for c in record.get("calls", [])}
 
 
+def _plain_arrays(npz: bytes) -> dict[str, np.ndarray]:
+    """The arrays of an .npz as the runner writes it (np.savez: stored, not compressed, so they
+    take no more memory than the file). Never unpickled: an object array is refused, not loaded;
+    a compressed member (a zip bomb) is refused unread."""
+    with zipfile.ZipFile(io.BytesIO(npz)) as archive:
+        if any(m.compress_type != zipfile.ZIP_STORED for m in archive.infolist()):
+            raise ValueError("compressed")
+    with np.load(io.BytesIO(npz), allow_pickle=False) as data:
+        return {key: data[key] for key in data.files}
+
+
 def run_job(job: Path, limits: Limits, sandbox: Sandbox | None, cases: int) -> list[str]:
     """Start the runner on `job` (in the sandbox, if any) and wait, killing it if it overruns;
     returns the exercises it started, in order, each with whether it finished (its record is
@@ -164,12 +177,8 @@ def run_job(job: Path, limits: Limits, sandbox: Sandbox | None, cases: int) -> l
     if RUNNERS.stopping.is_set():
         raise Stopped("the grader was stopped")
     timeout = limits.wall_seconds * max(cases, 1) + 60
-    if sandbox is None:
-        out, err = _run([sys.executable, "-m", "grader.runner", str(job)], job, job, timeout)
-    else:
-        with sandbox.slot() as uid:
-            command = sandbox.command([sys.executable, "-m", "grader.runner", str(JOB)], job, uid)
-            out, err = _run(command, JOB, job, timeout)
+    command = [sys.executable, "-m", "grader.runner", str(job)]
+    out, err = _run(command if sandbox is None else sandbox.command(command, job), job, timeout)
     if RUNNERS.stopping.is_set():
         raise Stopped("the grader was stopped")
     lines = [line.partition(" ") for line in out.splitlines()]
@@ -184,13 +193,13 @@ def run_job(job: Path, limits: Limits, sandbox: Sandbox | None, cases: int) -> l
     return [(name, name in done) for name in started]
 
 
-def _run(command: list[str], inside: Path, cwd: Path, timeout: float) -> tuple[str, str]:
+def _run(command: list[str], job: Path, timeout: float) -> tuple[str, str]:
     """Run the runner in its own process group (a terminal's Ctrl-C is the grader's to handle,
     not the runner's to die of), killed on overrun or stop; returns its stdout and stderr."""
     process = subprocess.Popen(
         command,
-        cwd=cwd,
-        env=runner_env(inside),
+        cwd=job,
+        env=runner_env(job),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -304,7 +313,7 @@ def _run_in_fresh_job(specs: list[dict], plans: dict, limits: Limits, sandbox, s
             for spec in specs:
                 _write_inputs(job, spec["name"], plans[spec["name"]])
             job_file = {"exercises": specs, "limits": asdict(limits)}
-            (job / "job.json").write_text(json.dumps(job_file))
+            write_replacing(job, "job.json", json.dumps(job_file).encode())
         except OSError as error:
             raise GraderFault(f"could not write the runner's job in {job} ({error})") from None
         started = run_job(job, limits, sandbox, len(specs))

@@ -2,15 +2,23 @@
 
 For each attack: it earns no points it did not earn honestly, the honest answers in the same
 notebook keep theirs, the honest student is unaffected, nothing outside the scratch directories
-changes, and the feedback says what happened.
+changes, and the feedback says what happened. A submission that is a link or a special file
+earns nothing at all. Nothing one student's runner leaves behind reaches the next student's.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import secrets
+import shutil
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
@@ -20,7 +28,7 @@ from nbgrader.api import Gradebook
 from grader.autograde import Course, autograde
 from grader.config import REPO
 from grader.nbgrader_steps import results_path
-from grader.sandbox import Sandbox, available, secrets_of
+from grader.sandbox import Sandbox, available
 from grader.submission import Limits
 
 pytestmark = pytest.mark.skipif(not available(), reason="bubblewrap is not installed")
@@ -129,6 +137,15 @@ def attacks(port: int, course: Path, submissions: Path) -> dict[str, tuple[str, 
             "layer_norm: 0 / 10",
             0,
         ),
+        "rewrite_a_host_file_through_the_job": (
+            # The runner's death makes the grader write its job file again: through this link,
+            # as root, it would overwrite a file outside every sandbox.
+            "import os\nimport signal\n\nos.remove('job.json')\n"
+            f"os.symlink({str(course.parent / 'canary')!r}, 'job.json')\n"
+            "os.kill(os.getppid(), signal.SIGKILL)\n" + IDENTITY,
+            "layer_norm: 0 / 10",
+            0,
+        ),
         "forge_results_with_the_library": (
             "import json\nimport os\n\nimport numpy as np\n\n"
             "ln = getattr(F, 'layer' + '_norm')\n"
@@ -157,7 +174,83 @@ def attacks(port: int, course: Path, submissions: Path) -> dict[str, tuple[str, 
             "10 / 10 points",
             10,
         ),
+        "fifo_result": (
+            # A result the grader would wait on forever, stalling the whole batch.
+            "import json\nimport os\n\n"
+            "json.dump({'errors': {}, 'calls': []}, open('out/layer_norm.json', 'w'))\n"
+            "os.mkfifo('out/layer_norm.npz')\nos._exit(0)\n" + honest,
+            "not plain arrays",
+            0,
+        ),
+        # The course folder is made after the sandbox, as on the README's first run.
+        "read_the_course_made_later": (
+            f"open({str(course / 'gradebook.db')!r}, 'rb').read()\n" + honest,
+            "FileNotFoundError",
+            0,
+        ),
+        # Where the checkout is, norm_utils tells: its answer key and everything else in it.
+        "read_the_checkout": (
+            "import os\n\nimport norm_utils\n\n"
+            "open(os.path.join(os.path.dirname(norm_utils.__file__), '..', 'pyproject.toml'))\n"
+            + honest,
+            "FileNotFoundError",
+            0,
+        ),
+        "read_solutions_beside_norm_utils": (
+            "import os\n\nimport norm_utils\n\n"
+            "open(os.path.join(os.path.dirname(norm_utils.__file__), '..', 'solutions',"
+            f" {ASSIGNMENT!r}, {ASSIGNMENT + '.ipynb'!r}))\n" + honest,
+            "FileNotFoundError",
+            0,
+        ),
+        "list_the_host": ("import os\n\nos.listdir('/var')\n" + honest, "FileNotFoundError", 0),
     }
+
+
+def _link(target: Callable[[Path], Path], step: int) -> Callable[[Path, Path], None]:
+    """A student whose folder (step 0), assignment folder (1) or notebook (2) is a symbolic
+    link to `target(submissions)`."""
+
+    def make(submissions: Path, student: Path) -> None:
+        steps = [student, student / ASSIGNMENT, student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"]
+        for folder in steps[:step]:
+            folder.mkdir()
+        steps[step].symlink_to(target(submissions))
+
+    return make
+
+
+def _notebook(make_file: Callable[[Path], None]) -> Callable[[Path, Path], None]:
+    """A student whose notebook is made by `make_file`."""
+
+    def make(submissions: Path, student: Path) -> None:
+        (student / ASSIGNMENT).mkdir(parents=True)
+        make_file(student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+
+    return make
+
+
+def _sparse(path: Path) -> None:
+    with path.open("wb") as file:
+        file.truncate(1 << 40)  # a terabyte of nothing: read whole, it fills the grader's memory
+
+
+def _classmate(submissions: Path) -> Path:
+    return submissions / "honest" / ASSIGNMENT
+
+
+# name -> (how the student's folder is made, words its feedback must contain)
+LAYOUTS: dict[str, tuple[Callable[[Path, Path], None], str]] = {
+    "notebook_links_to_a_classmate": (
+        _link(lambda s: _classmate(s) / f"{ASSIGNMENT}.ipynb", 2),
+        "is a symbolic link",
+    ),
+    "notebook_links_to_solutions": (_link(lambda s: SOLUTION, 2), "is a symbolic link"),
+    "assignment_links_to_a_classmate": (_link(_classmate, 1), "is a symbolic link"),
+    "student_links_to_solutions": (_link(lambda s: SOLUTION.parents[1], 0), "is a symbolic link"),
+    "fifo_notebook": (_notebook(os.mkfifo), "is not a regular file"),
+    "sparse_notebook": (_notebook(_sparse), "larger than 20 MB"),
+}
 
 
 def notebook_with(layer_norm_source: str) -> nbformat.NotebookNode:
@@ -205,15 +298,21 @@ def listener():
 def attacked(tmp_path_factory, listener):
     port, reached = listener
     root = tmp_path_factory.mktemp("attacks")
-    submissions, course = root / "submissions", Course(root / "course")
-    cases = attacks(port, course.root, submissions)
+    # Outside /tmp (which the sandbox replaces anyway), and made only once the sandbox is built.
+    late = Path("/var/tmp") / f"grader-attacks-{secrets.token_hex(8)}"
+    submissions, course_root = root / "submissions", late / "course"
+    cases = attacks(port, course_root, submissions)
     for student, (code, _, _) in {**cases, "honest": (honest_layer_norm(), "", 10)}.items():
         path = submissions / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
         path.parent.mkdir(parents=True)
         nbformat.write(notebook_with(code), path)
+    for student, (make, _) in LAYOUTS.items():
+        make(submissions, submissions / student)
     HOST_CANARY.unlink(missing_ok=True)
     before = tree_fingerprint(REPO)
-    sandbox = Sandbox(secrets_of(course.root, submissions), slots=2)
+    sandbox = Sandbox()
+    course = Course(course_root)
+    (late / "canary").write_text("untouched")
     outcomes = autograde(
         submissions,
         course,
@@ -222,7 +321,8 @@ def attacked(tmp_path_factory, listener):
         sandbox=sandbox,
         progress=False,
     )
-    return cases, course, outcomes, before, reached
+    yield cases, course, outcomes, before, reached
+    shutil.rmtree(late)
 
 
 def exercise_scores(course: Course, student: str) -> dict[str, float]:
@@ -249,13 +349,20 @@ def test_an_attack_earns_nothing_and_costs_its_notebook_mates_nothing(attacked, 
     assert words in feedback(course, attack)
 
 
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_a_linked_or_special_notebook_is_refused_and_earns_nothing(attacked, layout):
+    _, course, _, _, _ = attacked
+    assert set(exercise_scores(course, layout).values()) == {0}
+    assert LAYOUTS[layout][1] in feedback(course, layout)
+
+
 def test_the_gradebook_holds_what_the_grader_decided(attacked):
     cases, course, outcomes, _, _ = attacked
     assert [o for o in outcomes if o.problem] == []
     with Gradebook(course.api().coursedir.db_url) as gradebook:
         honest = gradebook.find_submission(ASSIGNMENT, "honest")
         assert honest.score == 19
-        for student in cases:
+        for student in [*cases, *LAYOUTS]:
             submission = gradebook.find_submission(ASSIGNMENT, student)
             assert submission.score == sum(exercise_scores(course, student).values())
             grades = [g for notebook in submission.notebooks for g in notebook.grades]
@@ -263,7 +370,54 @@ def test_the_gradebook_holds_what_the_grader_decided(attacked):
 
 
 def test_nothing_outside_the_scratch_directories_changed(attacked, listener):
-    _, _, _, before, reached = attacked
+    _, course, _, before, reached = attacked
     assert tree_fingerprint(REPO) == before
+    assert (course.root.parent / "canary").read_text() == "untouched"
     assert not HOST_CANARY.exists()
     assert reached == []
+
+
+# What a runner may try to leave for the next one (a student graded after it, in this run or the
+# next): name -> (code leaving it, code exiting with status 3 when it finds it).
+KEYCTL = "import ctypes\n\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+LEFT_BEHIND = {
+    "user_keyring": (
+        KEYCTL + "libc.syscall(248, b'user', b'note', b'hi', 2, ctypes.c_int(-4))",  # add_key
+        KEYCTL
+        + "exit(3 if libc.syscall(250, 10, ctypes.c_int(-4), b'user', b'note', 0) > 0 else 0)",
+    ),
+    "user_session_keyring": (
+        KEYCTL + "libc.syscall(248, b'user', b'note', b'hi', 2, ctypes.c_int(-5))",
+        KEYCTL
+        + "exit(3 if libc.syscall(250, 10, ctypes.c_int(-5), b'user', b'note', 0) > 0 else 0)",
+    ),
+    "dev_shm": (
+        "open('/dev/shm/note', 'w').write('hi')",
+        "import os\n\nexit(3 if os.path.exists('/dev/shm/note') else 0)",
+    ),
+    "tmp": (
+        "open('/tmp/note', 'w').write('hi')",
+        "import os\n\nexit(3 if os.path.exists('/tmp/note') else 0)",
+    ),
+}
+
+
+def run_in(sandbox: Sandbox, code: str) -> int:
+    """`code` run by a runner of `sandbox` in a job folder of its own, as one student's."""
+    with tempfile.TemporaryDirectory(prefix="grade-") as job:
+        command = sandbox.command([sys.executable, "-c", code], Path(job))
+        return subprocess.run(command, capture_output=True, timeout=60).returncode
+
+
+@pytest.fixture(scope="module")
+def two_runs() -> tuple[Sandbox, Sandbox]:
+    return Sandbox(), Sandbox()
+
+
+@pytest.mark.parametrize("between", ["students", "runs"])
+@pytest.mark.parametrize("what", sorted(LEFT_BEHIND))
+def test_nothing_a_runner_leaves_reaches_the_next(two_runs, what, between):
+    leave, find = LEFT_BEHIND[what]
+    first, second = two_runs
+    run_in(first, leave)
+    assert run_in(first if between == "students" else second, find) == 0

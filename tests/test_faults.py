@@ -16,7 +16,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -36,8 +35,8 @@ from grader.demo import (
     write_class,
 )
 from grader.nbgrader_steps import TEST_SUFFIX
-from grader.sandbox import JOB, Sandbox, available, secrets_of
-from grader.submission import Limits, grade_notebook
+from grader.sandbox import Sandbox, available
+from grader.submission import Limits
 
 pytestmark = pytest.mark.skipif(not available(), reason="bubblewrap is not installed")
 
@@ -105,7 +104,7 @@ def clean(tmp_path_factory):
     course = Course(root / "course")
     prepare(course)  # kept as it is now, so the stop tests need not pay for it again
     shutil.copytree(course.root, root / "prepared")
-    sandbox = Sandbox(secrets_of(course.root, submissions), slots=2)
+    sandbox = Sandbox()
     outcomes = run_autograde(course, submissions, sandbox)
     assert [o.problem for o in outcomes if o.problem] == []
     return root, recorded(course), sandbox
@@ -131,25 +130,21 @@ def course_copy(clean, tmp_path):
 class BrokenSandbox(Sandbox):
     """A sandbox whose runner starts numbered in `broken` (1, 2, ...) fail as `how` says."""
 
-    def __init__(self, hidden, how: str, broken: set[int]):
+    def __init__(self, how: str, broken: set[int]):
         self.how, self.broken, self.starts = how, set(), 0
-        super().__init__(hidden, slots=2)  # its start-up probe is not counted
+        super().__init__()  # its start-up probe is not counted
         self.broken = broken
 
-    def command(self, command, job, uid):
-        full = super().command(command, job, uid)
+    def command(self, command, job):
+        full = super().command(command, job)
         if not self.broken:
             return full
         self.starts += 1
         if self.starts not in self.broken:
             return full
-        if self.how == "hide the job":  # as a private /tmp hid a TMPDIR folder inside /tmp
-            return [
-                *full[: full.index("--chdir")],
-                "--tmpfs",
-                str(JOB),
-                *full[full.index("--chdir") :],
-            ]
+        if self.how == "hide the job":  # e.g. a private /tmp over a job folder inside /tmp
+            at = full.index("--chdir")
+            return [*full[:at], "--tmpfs", str(job), *full[at:]]
         return ["bwrap", "--no-such-option"]  # bubblewrap itself fails to set up
 
 
@@ -161,7 +156,7 @@ def newcomer_outcomes(outcomes):
 def test_a_runner_that_cannot_start_is_a_grader_error_graded_by_the_next_run(course_copy, how):
     course, submissions = course_copy
     before = recorded(course)
-    sandbox = BrokenSandbox(secrets_of(course.root, submissions), how, broken={1, 2})
+    sandbox = BrokenSandbox(how, broken={1, 2})
     outcomes = newcomer_outcomes(run_autograde(course, submissions, sandbox))
     assert len(outcomes) == len(assignments())
     assert all(o.grader_fault and "not graded: grader error" in o.problem for o in outcomes)
@@ -179,27 +174,13 @@ def test_a_runner_that_cannot_start_is_a_grader_error_graded_by_the_next_run(cou
 
 def test_a_runner_that_fails_to_start_once_is_started_again(course_copy):
     course, submissions = course_copy
-    sandbox = BrokenSandbox(secrets_of(course.root, submissions), "bwrap fails", broken={1})
+    sandbox = BrokenSandbox("bwrap fails", broken={1})
     outcomes = newcomer_outcomes(run_autograde(course, submissions, sandbox))
     assert [o.problem for o in outcomes if o.problem] == []
     assert (
         recorded(course)[(NEWCOMER, assignments()[0])]
         == expected_scores(CLASS)[("ada", assignments()[0])]
     )
-
-
-def test_a_job_folder_under_a_closed_tmpdir_is_still_read(tmp_path, monkeypatch):
-    """TMPDIR=$(mktemp -d) (mode 700, inside /tmp, where the sandbox has its own /tmp)."""
-    closed = Path(tempfile.mkdtemp(dir="/tmp"))
-    try:
-        monkeypatch.setattr(tempfile, "tempdir", str(closed))
-        sandbox = Sandbox([], slots=1)
-        a = assignments()[0]
-        submission = write_class(tmp_path, {"ada": PROFILES["ada"]}) / "ada" / a / f"{a}.ipynb"
-        results = grade_notebook(submission, a, SEED, LIMITS, sandbox)
-        assert {r.name: r.score for r in results} == expected_scores()[("ada", a)]
-    finally:
-        shutil.rmtree(closed)
 
 
 def test_a_full_disk_in_the_course_folder_is_a_grader_error_graded_by_the_next_run(
@@ -274,7 +255,7 @@ def test_force_grades_everything_into_a_new_gradebook_and_keeps_the_old_one(clea
     course, submissions = course_copy
     _, scores, _ = clean
     _damage(course.gradebook, "overwritten")
-    sandbox = Sandbox(secrets_of(course.root, submissions), slots=2)
+    sandbox = Sandbox()
     outcomes = run_autograde(course, submissions, sandbox, force=True, students=["zed"])
     assert [o.problem for o in outcomes if o.problem] == []
     assert not any(o.skipped for o in outcomes)

@@ -15,7 +15,7 @@ from grader.config import assignments
 from grader.demo import PROFILES, expected_scores, write_class
 from grader.nbgrader_steps import TEST_SUFFIX, results_path
 from grader.report import leaks_hidden_tests, scores, write_csv, write_feedback
-from grader.sandbox import Sandbox, available, secrets_of
+from grader.sandbox import Sandbox, available
 from grader.submission import Limits, grade_notebooks
 
 LIMITS = Limits(wall_seconds=10)  # the looping student costs this much per notebook
@@ -30,7 +30,7 @@ def graded(tmp_path_factory):
     root = tmp_path_factory.mktemp("class")
     submissions = write_class(root / "submissions")
     course = Course(root / "course")
-    sandbox = Sandbox(secrets_of(course.root, submissions), slots=2) if available() else None
+    sandbox = Sandbox() if available() else None
     outcomes = autograde(submissions, course, 2, SEED, LIMITS, sandbox, progress=False)
     return submissions, course, outcomes
 

@@ -1,4 +1,5 @@
-"""The sandbox refuses to grade when its runner cannot start, instead of scoring everyone 0.
+"""The sandbox runs the grader's Python wherever it lives, and refuses, naming the folder and the
+fix, when its runner cannot start (instead of scoring everyone 0).
 
 What the sandbox keeps out is tested by the attacks in test_adversarial.py; that it changes no
 honest score, in test_grading.py.
@@ -6,35 +7,195 @@ honest score, in test_grading.py.
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
 import pytest
 
+import grader.sandbox
 from grader.config import REPO
-from grader.sandbox import Sandbox, SandboxUnavailable, _closed_to_others, available
+from grader.sandbox import Sandbox, SandboxUnavailable, _closed_to_others, available, symlinks_met
 
 needs_bwrap = pytest.mark.skipif(not available(), reason="bubblewrap is not installed")
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="only root can drop to another uid")
+
+# One notebook graded in the sandbox, by whatever interpreter runs this.
+GRADE_ONE = """
+from grader.config import course_source
+from grader.sandbox import Sandbox
+from grader.submission import grade_notebook
+
+path = course_source() / "01_layer_norm" / "01_layer_norm.ipynb"
+results = grade_notebook(path, "01_layer_norm", seed=0, sandbox=Sandbox())
+print(sum(r.score for r in results), "/", sum(r.max_score for r in results))
+"""
+
+
+def make_venv(folder: Path, sys_path: list[str], base: str = sys.executable) -> Path:
+    """A virtualenv at `folder` (its python a link to the base interpreter, as venv makes it)
+    whose packages are this environment's, reached through a .pth file (and, for an editable
+    install, its finder): cheap, and where site-packages really are is somewhere else."""
+    subprocess.run([base, "-m", "venv", "--without-pip", str(folder)], check=True)
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    finders = [f"import {f.stem}; {f.stem}.install()" for f in purelib.glob("__editable__*.py")]
+    site = next(folder.glob("lib/python3*/site-packages"))
+    (site / "course.pth").write_text("\n".join([*sys_path, str(purelib), *finders]) + "\n")
+    return folder / "bin" / "python"
+
+
+def run_python(
+    python: Path | str, code: str, cwd: Path, user: int | None = None
+) -> subprocess.CompletedProcess:
+    """`code` run by `python` in `cwd`, as root or as the ordinary `user`."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(cwd)}  # no PYTHONPATH: it finds what it finds
+    drop = (
+        [] if user is None else ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]
+    )
+    return subprocess.run(
+        [*drop, str(python), "-c", code],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @needs_bwrap
-def test_a_sandbox_whose_runner_starts_is_accepted():
-    Sandbox(hidden=[], slots=1)
+@as_root
+def test_a_venv_in_a_private_home_grades(tmp_path):
+    # Ubuntu's homes are mode 750; the venv is reached through a link, as a dotfiles manager
+    # would place it, and its python is a link to an interpreter under /root (mode 700).
+    home = tmp_path / "home"
+    home.mkdir(mode=0o750)
+    python = make_venv(home / ".local" / "venvs" / "course", [])
+    (home / ".venvs").mkdir()
+    (home / ".venvs" / "course").symlink_to("../.local/venvs/course")
+    done = run_python(home / ".venvs" / "course" / "bin" / python.name, GRADE_ONE, tmp_path)
+    assert done.stdout.split() == ["19.0", "/", "19.0"], done.stderr[-2000:]
+
+
+def python_anyone_can_run(user: int) -> str | None:
+    """An interpreter of this Python version that `user` may run (pyenv's under /root is not)."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    for python in (
+        sys._base_executable,
+        f"/usr/bin/python{version}",
+        f"/usr/local/bin/python{version}",
+    ):
+        # Started through setpriv, an interpreter under /root runs; started again by itself
+        # (as the grader starts the runner), it does not.
+        check = (
+            f"import subprocess, sys; assert sys.version.startswith('{version}.'); "
+            "subprocess.run([sys.executable, '-c', ''], check=True)"
+        )
+        if Path(python).exists() and run_python(python, check, Path("/"), user).returncode == 0:
+            return python
+    return None
 
 
 @needs_bwrap
-def test_a_runner_that_cannot_start_is_refused_with_the_reason():
-    # Hiding the grader's own code stands for any reason the runner cannot import it.
+@as_root
+def test_a_venv_in_a_private_home_grades_as_an_ordinary_user():
+    user = 4242  # no passwd entry is needed
+    base = python_anyone_can_run(user)
+    if base is None:
+        pytest.skip(f"no Python {sys.version_info[:2]} that an ordinary user may run")
+    with tempfile.TemporaryDirectory() as scratch:  # pytest's own folders are root's alone
+        Path(scratch).chmod(0o755)
+        home = Path(scratch) / "home"
+        home.mkdir(mode=0o750)
+        python = make_venv(home / ".venvs" / "course", [], base)
+        for path in [home, *home.rglob("*")]:
+            os.chown(path, user, user, follow_symlinks=False)
+        done = run_python(python, GRADE_ONE, home, user)
+    assert done.stdout.split() == ["19.0", "/", "19.0"], done.stderr[-2000:]
+
+
+@needs_bwrap
+@as_root
+def test_a_checkout_in_a_private_folder_grades(tmp_path):
+    # mkdtemp and umask 077 make folders of mode 700, which the runner's uid cannot enter.
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    checkout = private / "course"
+    for part in ("grader", "norm_utils", "solutions"):
+        shutil.copytree(REPO / part, checkout / part, ignore=shutil.ignore_patterns("__pycache__"))
+    python = make_venv(tmp_path / "venv", [str(checkout)])
+    done = run_python(python, GRADE_ONE, tmp_path)
+    assert done.stdout.split() == ["19.0", "/", "19.0"], done.stderr[-2000:]
+
+
+@needs_bwrap
+@as_root
+def test_a_venv_closed_to_others_is_refused_naming_it_and_the_fix(tmp_path):
+    venv = tmp_path / "venv"
+    python = make_venv(venv, [])
+    venv.chmod(0o700)
+    done = run_python(python, "from grader.sandbox import Sandbox; Sandbox()", tmp_path)
+    message = done.stderr.strip().splitlines()[-1]
+    assert "the sandboxed runner cannot start, so every student would score 0" in message
+    assert f"{venv} (mode 700)" in message
+    assert "chmod -R o+rX" in message
+
+
+@needs_bwrap
+@as_root
+def test_a_job_inside_a_private_folder_is_reachable():
+    # TMPDIR=$(mktemp -d) puts every job folder under a folder of mode 700 inside /tmp.
+    with tempfile.TemporaryDirectory() as private:
+        job = Path(private) / "grade-job"
+        job.mkdir()
+        command = [sys.executable, "-c", "open('out', 'w').write('written')"]
+        subprocess.run(Sandbox().command(command, job), check=True, timeout=60)
+        assert (job / "out").read_text() == "written"
+
+
+@needs_bwrap
+def test_a_runner_that_cannot_start_is_refused_with_the_reason(monkeypatch):
+    # Leaving the grader's own code out stands for anything the runner needs and cannot see.
+    shown = grader.sandbox.visible_paths
+    monkeypatch.setattr(
+        grader.sandbox,
+        "visible_paths",
+        lambda: [p for p in shown() if p != REPO / "grader"],
+    )
     with pytest.raises(SandboxUnavailable) as refused:
-        Sandbox(hidden=[REPO / "grader"], slots=1)
+        Sandbox()
     message = str(refused.value)
     assert "cannot start, so every student would score 0" in message
     assert "ModuleNotFoundError: No module named 'grader" in message
     assert "--unsafe-no-sandbox" in message
 
 
+@needs_bwrap
+def test_an_answer_key_inside_a_folder_the_runner_sees_is_refused(monkeypatch):
+    # As when the checkout lies in the virtualenv (pip install -e git+...: <venv>/src/<name>).
+    monkeypatch.setattr(grader.sandbox, "visible_paths", lambda: [Path("/usr"), REPO.parent])
+    answer_key = REPO / "solutions"
+    with pytest.raises(SandboxUnavailable, match=f"the answer key {answer_key} lies inside"):
+        Sandbox()
+
+
 def test_a_checkout_closed_to_others_is_named(tmp_path):
-    # A checkout in a private folder (mode 700, e.g. made by mkdtemp or under umask 077) cannot
-    # be read by the runner's unprivileged uid.
     checkout = tmp_path / "course"
     checkout.mkdir(mode=0o700)
     assert _closed_to_others([checkout]) == [checkout]
     checkout.chmod(0o755)
     assert _closed_to_others([checkout]) == []
+
+
+def test_every_link_on_the_way_is_found_in_order(tmp_path):
+    (tmp_path / "real" / "env").mkdir(parents=True)
+    (tmp_path / "hop").symlink_to("real")
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "env").symlink_to(tmp_path / "hop" / "env")
+    assert symlinks_met(tmp_path / "home" / "env" / ".." / "env") == {
+        tmp_path / "home" / "env": str(tmp_path / "hop" / "env"),
+        tmp_path / "hop": "real",
+    }
