@@ -26,6 +26,7 @@ import shutil
 import signal
 import sqlite3
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Collection, Iterable, Iterator
@@ -114,7 +115,11 @@ class Course:
         self.root.mkdir(parents=True, exist_ok=True)
         self.results = self.root / "results"
         self.staged = self.root / "submitted"
-        self.scratch = self.root / "scratch"  # runners' job folders; see grader.sandbox.JOB
+        # The runners' job folders: this course's own, in the system's temporary folder (the
+        # sandbox shows a job at its own path, so a folder in the course would show the
+        # course's path), found again by the next run to remove what a killed one left.
+        tag = hashlib.sha256(str(self.root).encode()).hexdigest()[:16]
+        self.scratch = Path(tempfile.gettempdir()) / f"grader-scratch-{tag}"
         self.gradebook = self.root / "gradebook.db"
 
     @contextmanager
