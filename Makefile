@@ -9,7 +9,7 @@ PYTEST_ARGS ?= -n 2 --dist loadfile
 # Empty by default: pip then uses its own configuration (PyPI, or a local wheel folder).
 TORCH_INDEX ?=
 
-.PHONY: setup demo test lint release release-check clean
+.PHONY: setup demo test test-portable lint release release-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,12 @@ demo: setup
 
 test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The solutions' stored outputs as on another CPU: PyTorch's kernels without SIMD, MKL's
+# compatible (non-AVX) matrix products, one thread.
+PORTABLE_ENV := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1
+test-portable: setup
+	$(PORTABLE_ENV) $(PY) -m pytest $(PYTEST_ARGS) solutions/
 
 lint: setup
 	$(VENV)/bin/ruff check .

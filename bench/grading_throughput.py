@@ -24,6 +24,7 @@ Stock nbgrader on the generated class runs on `--stock-students` students and is
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import re
 import shutil
@@ -68,8 +69,6 @@ except ImportError:  # pragma: no cover
 
 SEED = 0  # stock nbgrader's grade() reads NORM_COURSE_SEED, default 0: ours must use the same
 # Ours gets per exercise the limit stock nbgrader has per cell (course_config's Execute.timeout).
-# Passed explicitly: `grader autograde`'s own default is meant to be 60 s but reads 15 s, because
-# `demo.set_defaults(timeout=15)` also changes the --timeout action it shares with `autograde`.
 TIMEOUT_S = course_config().Execute.timeout
 BIN = Path(sys.executable).parent
 # The generated class: honest work, right or wrong, in a notebook nbgrader can execute as handed
@@ -550,10 +549,13 @@ def _all(system: SystemRuns) -> list[Measured]:
 
 
 def _problems(measured: Measured) -> list[str]:
-    """Why a command's exit status was not 0, and any submission ours could not record."""
-    lines = [line.strip() for line in measured.log.splitlines() if "could not be recorded" in line]
+    """Why a command's exit status was not 0, and any submission ours could not record (the
+    lines under its summary's NOT RECORDED heading)."""
+    _, _, after = measured.log.partition("NOT RECORDED")
+    listed = itertools.takewhile(lambda line: line.startswith("  "), after.splitlines()[1:])
+    lines = [line.strip() for line in listed]
     if measured.returncode != 0:
-        lines.append(f"exit status {measured.returncode} (at least one submission failed)")
+        lines.append(f"exit status {measured.returncode} (a notebook not recorded)")
     return lines
 
 

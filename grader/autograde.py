@@ -47,6 +47,7 @@ from nbgrader.preprocessors import (
 )
 
 from grader.config import assignments, course_config, course_source, use_this_environment
+from grader.discovery import student_folders
 from grader.nbgrader_steps import InjectResults, results_path
 from grader.notebook import read_notebook, restore_metadata, source_notebook, submitted_bytes
 from grader.sandbox import Sandbox
@@ -205,10 +206,45 @@ class Course:
         return NbGraderAPI(config=config)
 
 
+def _tasks(submissions: Path, students: Iterable[str]) -> list[Task]:
+    # Absolute: recording runs nbgrader, which changes the working directory while others grade.
+    root = submissions.resolve()
+    return [Task(s, a, root / s / a / f"{a}.ipynb") for s in students for a in assignments()]
+
+
 def discover(submissions: Path) -> list[Task]:
-    """One task per student folder × assignment: <student>/<assignment>/<assignment>.ipynb."""
-    students = sorted(p.name for p in submissions.iterdir() if p.is_dir())
-    return [Task(s, a, submissions / s / a / f"{a}.ipynb") for s in students for a in assignments()]
+    """One task per student folder × assignment: <student>/<assignment>/<assignment>.ipynb.
+    Tool litter is no student, and a folder name nbgrader cannot store is left out (`refused`)."""
+    return _tasks(submissions, student_folders(submissions)[0])
+
+
+def refused(submissions: Path) -> list[Outcome]:
+    """Every notebook of each student whose folder name nbgrader cannot store: not graded."""
+    reasons = student_folders(submissions)[1]
+    return [
+        Outcome(t, problem=f"not graded: the folder name {reasons[t.student]}; rename it")
+        for t in _tasks(submissions, reasons)
+    ]
+
+
+UNJUDGED = {"missing": "no answer", "crash": "crashed", "timeout": "timed out"}
+
+
+def lost(task: Task, course: Course) -> str:
+    """Why a recorded notebook lost points without its answers being judged, in a few words
+    ('' when every answer was judged): missing, unreadable, or which exercises crashed, timed
+    out or have no answer cell. The student's doing: graded 0 there, and the feedback says why."""
+    stored = json.loads(results_path(course.results, task.student, task.assignment).read_text())
+    by_cause: dict[str, list[str]] = {}
+    for exercise in stored["exercises"]:
+        if exercise.get("cause"):
+            by_cause.setdefault(exercise["cause"], []).append(exercise["name"])
+    if list(by_cause) == ["missing"] and len(by_cause["missing"]) == len(stored["exercises"]):
+        try:  # no answer at all: is there a notebook?
+            read_notebook(task.submission)
+        except ValueError as error:  # "is missing", "is not a readable notebook (…)", a link
+            return str(error).removeprefix(f"{task.submission.name} ")
+    return "; ".join(f"{UNJUDGED[c]}: {', '.join(names)}" for c, names in by_cause.items())
 
 
 def fingerprint(task: Task) -> str:
@@ -323,7 +359,7 @@ class Progress:
         bar = "#" * (width * self.done // max(self.total, 1))
         line = (
             f"[{bar:<{width}}] {self.done}/{self.total} notebooks, "
-            f"{students_done}/{len(self.left)} students, {self.failed} failed, "
+            f"{students_done}/{len(self.left)} students, {self.failed} not recorded, "
             f"~{remaining:.0f} s left  ({outcome.task.label})"
         )
         end = "\r" if self.stream.isatty() and self.done < self.total else "\n"
@@ -365,7 +401,7 @@ def autograde(
         try:
             prepare(course)
             seed = secrets.randbits(31) if seed is None else seed  # hidden inputs vary per run
-            outcomes, todo = [], []
+            outcomes, todo = refused(submissions), []
             for task in discover(submissions):
                 if (students and task.student not in students) or (
                     notebooks and task.assignment not in notebooks

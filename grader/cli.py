@@ -4,13 +4,16 @@ feedback, export, demo for instructors; check for students."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
-from grader.config import REPO
+from grader.config import EXERCISE_SECONDS, REPO
 
 DEFAULT_COURSE = Path("course")
+DEMO_TIMEOUT = 15.0  # seconds: the sample class's looping student waits this long per exercise
 SANDBOX_PROCESSES = 64  # per sandbox uid: processes and threads a student's code may hold
 
 
@@ -35,16 +38,19 @@ def _release(args: argparse.Namespace) -> int:
     return 0
 
 
+class UsageError(Exception):
+    """Bad input, found before anything is created: one line, exit status 2."""
+
+
 def _use_source(args: argparse.Namespace) -> None:
-    """Work from --source (default: the checkout's solutions/); one line, exit 2, and nothing
-    created when it does not hold this course's source notebooks."""
+    """Work from --source (default: the checkout's solutions/); refused (UsageError) when it
+    does not hold this course's source notebooks."""
     from grader.config import MissingSource, use_source
 
     try:
         use_source(getattr(args, "source", None))
     except MissingSource as error:
-        print(f"grader {args.command}: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise UsageError(str(error)) from None
 
 
 def _isolation(args: argparse.Namespace):
@@ -59,7 +65,7 @@ def _isolation(args: argparse.Namespace):
     try:
         sandbox = Sandbox()
     except SandboxUnavailable as error:
-        raise SystemExit(f"grader: {error}") from None
+        raise UsageError(str(error)) from None
     return sandbox, Limits(wall_seconds=args.timeout, processes=SANDBOX_PROCESSES)
 
 
@@ -67,8 +73,12 @@ def _autograde(args: argparse.Namespace) -> int:
     """Exit 0 when every notebook is graded and recorded, 1 when some are not (listed), 2 when
     the run is refused, 128 + N when stopped by signal N."""
     from grader.autograde import Course, Interrupted, Refused, autograde
+    from grader.discovery import layout_problem
 
     _use_source(args)
+    problem = layout_problem(args.submissions, args.course)
+    if problem:
+        raise UsageError(problem)
     sandbox, limits = _isolation(args)
     course = Course(args.course)
     try:
@@ -93,40 +103,81 @@ def _autograde(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 128 + stop.signum
+    return _summary(outcomes, course)
+
+
+def _summary(outcomes: list, course) -> int:
+    """Print every student × notebook not graded in full, and the counts; returns the exit
+    status: 1 when any notebook was not graded and recorded."""
+    from grader.autograde import lost
+
+    not_recorded = [(o.task, o.problem) for o in outcomes if o.problem]
+    unjudged = [(o.task, why) for o in outcomes if not o.problem and (why := lost(o.task, course))]
+    _listing("Scored 0 as listed (the student's doing; their feedback says why):", unjudged)
+    _listing("NOT RECORDED (fix the cause, then run again; other grades are kept):", not_recorded)
     skipped = sum(o.skipped for o in outcomes)
-    failed = [o for o in outcomes if o.problem]
-    for o in failed:
-        print(f"{o.task.student}: {o.task.assignment} could not be recorded: {o.problem}")
-    graded = len(outcomes) - skipped - len(failed)
+    graded = len(outcomes) - skipped - len(not_recorded)
     print(
-        f"{graded} graded, {skipped} unchanged since the last run (skipped), "
-        f"{len(failed)} not graded."
+        f"Notebooks: {graded} graded, {skipped} unchanged since the last run (skipped), "
+        f"{len(not_recorded)} not recorded."
     )
-    if any(o.grader_fault for o in failed):
-        print("Grader errors are not grades: fix the cause named above and run again.")
-    return 1 if failed else 0
+    return 1 if not_recorded else 0
+
+
+def _listing(title: str, items: list) -> None:
+    """`items` (task, reason) as one line per student and reason, naming the notebooks."""
+    from grader.config import assignments
+    from grader.discovery import refusal
+
+    notebooks: dict[tuple[str, str], list[str]] = {}
+    for task, reason in items:
+        notebooks.setdefault((task.student, reason), []).append(task.assignment)
+    if not notebooks:
+        return
+    rows = [
+        (
+            repr(student) if refusal(student) else student,  # whitespace and newlines shown
+            "every notebook" if names == assignments() else ", ".join(names),
+            reason,
+        )
+        for (student, reason), names in notebooks.items()
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(2)]
+    print(title)
+    for student, names, reason in rows:
+        print(f"  {student:<{widths[0]}}  {names:<{widths[1]}}  {reason}")
+
+
+def _graded_course(root: Path):
+    """The course `grader autograde` made at `root`; anything else is refused, creating nothing."""
+    from grader.autograde import Course
+
+    gradebook = root / "gradebook.db"
+    if not gradebook.is_file() or gradebook.stat().st_size == 0:
+        raise UsageError(
+            f"{root} is not a graded course ({gradebook} is missing or empty): "
+            f"run `grader autograde SUBMISSIONS --course {root}` first"
+        )
+    course = Course(root)
+    problem = course.gradebook_problem()
+    if problem:
+        raise UsageError(f"{problem}: restore it, or run `grader autograde --force`")
+    return course
 
 
 def _students(course: Path) -> list[str]:
+    """Every student with a recorded result; ids nbgrader would read as patterns are left out."""
+    from grader.discovery import refusal
+
     results = course / "results"
-    return sorted(p.name for p in results.iterdir() if p.is_dir()) if results.is_dir() else []
-
-
-def _lost_gradebook(course) -> bool:
-    """Say so when the gradebook is gone (nbgrader would silently start an empty one)."""
-    problem = course.gradebook_problem()
-    if problem:
-        print(f"grader: {problem}; restore it, or run `grader autograde --force`.", file=sys.stderr)
-    return bool(problem)
+    found = [p.name for p in results.iterdir() if p.is_dir()] if results.is_dir() else []
+    return sorted(name for name in found if not refusal(name))
 
 
 def _feedback(args: argparse.Namespace) -> int:
-    from grader.autograde import Course
     from grader.report import write_feedback
 
-    course = Course(args.course)
-    if _lost_gradebook(course):
-        return 2
+    course = _graded_course(args.course)
     folder, problems = write_feedback(course, _students(args.course))
     for problem in problems:
         print(problem)
@@ -135,12 +186,9 @@ def _feedback(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from grader.autograde import Course
     from grader.report import write_csv
 
-    course = Course(args.course)
-    if _lost_gradebook(course):
-        return 2
+    course = _graded_course(args.course)
     print("Grades written to", write_csv(course, _students(args.course), args.csv))
     return 0
 
@@ -164,9 +212,8 @@ def _demo(args: argparse.Namespace) -> int:
     outcomes = autograde(submissions, course, args.jobs, None, limits, sandbox)
     print()
     print(format_table(course, students))
-    for o in outcomes:
-        if o.problem:
-            print(f"{o.task.student}: {o.task.assignment} could not be recorded: {o.problem}")
+    print()
+    status = _summary(outcomes, course)
     print()
     for student in students:
         print(f"  {student}: {PROFILES[student].description}")
@@ -177,13 +224,69 @@ def _demo(args: argparse.Namespace) -> int:
         print(problem)
     print("Feedback:    ", folder)
     print("Gradebook:   ", course.root / "gradebook.db")
-    return 0
+    return status
 
 
 def _check(args: argparse.Namespace) -> int:
+    from grader.notebook import read_notebook
     from grader.student import check_notebook
 
-    return check_notebook(args.notebook)
+    notebook = args.notebook.absolute()  # read as <folder>/<assignment>/<notebook>, even bare
+    try:
+        read_notebook(notebook)
+    except ValueError as error:
+        raise UsageError(f"cannot check {args.notebook}: {error}") from None
+    return check_notebook(notebook)
+
+
+def _number(convert: Callable[[str], float], accepts: Callable[[float], bool], wording: str):
+    """An argparse type: `convert(text)` if it `accepts` the value, else "must be <wording>"."""
+
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not accepts(value):
+            raise argparse.ArgumentTypeError(f"must be {wording}, not {text!r}")
+        return value
+
+    return parse
+
+
+_seed = _number(int, lambda v: v >= 0, "a whole number, 0 or more")
+_jobs = _number(int, lambda v: v >= 1, "a whole number, 1 or more")
+_seconds = _number(float, lambda v: 0 < v < math.inf, "a number of seconds above 0")
+
+
+def _grading_options(timeout: float) -> argparse.ArgumentParser:
+    """The options of every command that grades; each command gets its own copy, so one
+    command's default never becomes another's (argparse shares a parent's option objects)."""
+    grading = argparse.ArgumentParser(add_help=False)
+    grading.add_argument(
+        "--jobs", type=_jobs, default=None, help="parallel jobs (default: one per core)"
+    )
+    grading.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=timeout,
+        help="seconds allowed per exercise (default: %(default)g)",
+    )
+    grading.add_argument(
+        "--unsafe-no-sandbox",
+        action="store_true",
+        help="run student code without bubblewrap (only for code you trust)",
+    )
+    grading.add_argument(
+        "--source",
+        type=Path,
+        metavar="PATH",
+        default=None,
+        help="the course's source notebooks, <assignment>/<assignment>.ipynb with solutions and "
+        "hidden tests (default: solutions/ of the checkout this grader runs from; an installed "
+        "grader holds none)",
+    )
+    return grading
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -201,31 +304,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--course",
         type=Path,
         default=DEFAULT_COURSE,
-        help="grading working dir (gradebook, results, feedback)",
-    )
-    grading = argparse.ArgumentParser(add_help=False)
-    grading.add_argument(
-        "--jobs", type=int, default=None, help="parallel jobs (default: one per core)"
-    )
-    grading.add_argument("--timeout", type=float, default=60, help="seconds allowed per exercise")
-    grading.add_argument(
-        "--unsafe-no-sandbox",
-        action="store_true",
-        help="run student code without bubblewrap (only for code you trust)",
-    )
-    grading.add_argument(
-        "--source",
-        type=Path,
-        metavar="PATH",
-        default=None,
-        help="the course's source notebooks, <assignment>/<assignment>.ipynb with solutions and "
-        "hidden tests (default: solutions/ of the checkout this grader runs from; an installed "
-        "grader holds none)",
+        help="grading working dir: gradebook, results, feedback (default: %(default)s)",
     )
 
     autograde = commands.add_parser(
         "autograde",
-        parents=[course, grading],
+        parents=[course, _grading_options(EXERCISE_SECONDS)],
         help="grade every student × notebook under SUBMISSIONS into nbgrader's gradebook",
         description="SUBMISSIONS holds <student>/<assignment>/<assignment>.ipynb. Re-running "
         "skips submissions already graded and unchanged; a broken notebook is reported for its "
@@ -233,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     autograde.add_argument("submissions", type=Path)
     autograde.add_argument(
-        "--seed", type=int, default=None, help="fix the hidden inputs (default: random)"
+        "--seed", type=_seed, default=None, help="fix the hidden inputs (default: random)"
     )
     autograde.add_argument(
         "--force",
@@ -256,16 +340,23 @@ def build_parser() -> argparse.ArgumentParser:
     feedback.set_defaults(run=_feedback)
 
     export = commands.add_parser("export", parents=[course], help="a grades CSV an LMS can import")
-    export.add_argument("--csv", type=Path, default=Path("grades.csv"))
+    export.add_argument(
+        "--csv", type=Path, default=Path("grades.csv"), help="where to write (default: %(default)s)"
+    )
     export.set_defaults(run=_export)
 
     demo = commands.add_parser(
         "demo",
-        parents=[grading],
+        parents=[_grading_options(DEMO_TIMEOUT)],
         help="grade the bundled sample class end to end and show the results",
     )
-    demo.add_argument("--out", type=Path, default=REPO / "build" / "demo")
-    demo.set_defaults(run=_demo, timeout=15)
+    demo.add_argument(
+        "--out",
+        type=Path,
+        default=REPO / "build" / "demo",
+        help="where the class, course, CSV and feedback go (default: %(default)s)",
+    )
+    demo.set_defaults(run=_demo)
 
     check = commands.add_parser(
         "check", help="run one notebook's visible checks and say, per exercise, what is wrong"
@@ -278,7 +369,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     warnings.filterwarnings("ignore", module="nbgrader")  # SQLAlchemy chatter from nbgrader's ORM
-    return args.run(args)
+    try:
+        return args.run(args)
+    except UsageError as error:
+        print(f"grader {args.command}: error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

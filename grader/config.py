@@ -17,6 +17,9 @@ _PACKAGED_RELEASE = Path(__file__).resolve().parent / "notebooks"
 RELEASE = _PACKAGED_RELEASE if _PACKAGED_RELEASE.is_dir() else REPO / "notebooks"
 _source = REPO / "solutions"
 
+# Seconds of wall-clock time one exercise may run while graded (`grader autograde --timeout`).
+EXERCISE_SECONDS = 60.0
+
 # torch and matplotlib write warnings to stderr, and nbgrader zeroes a test cell with any stderr.
 WARNINGS_ON_STDERR = r"(?m)^.*(Warning|warn\(|UserWarning|DeprecationWarning|FutureWarning).*$"
 

@@ -29,7 +29,7 @@ import numpy as np
 from grader.checks import EXERCISES
 from grader.checks.core import Outputs, StudentError, Verdict, judge, plan
 from grader.checks.integrity import forbidden_uses, integrity_message
-from grader.config import RELEASE
+from grader.config import EXERCISE_SECONDS, RELEASE
 from grader.notebook import (
     answer_source,
     exercises_of,
@@ -100,7 +100,7 @@ class Limits:
     cpu_seconds: int = 60
     file_mb: int = 64
     processes: int = 0  # 0: not limited (RLIMIT_NPROC only binds for the sandbox's own uid)
-    wall_seconds: float = 60
+    wall_seconds: float = EXERCISE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,7 @@ class ExerciseResult:
     score: float
     max_score: float
     feedback: str
+    cause: str = ""  # "missing", "crash" or "timeout": why no output of it could be judged
 
 
 DEFAULT_LIMITS = Limits()
@@ -245,6 +246,7 @@ def grade_notebooks(
             folder). Raises GraderFault when a runner fails for the grader's reasons.
     """
     verdicts: dict[str, Verdict] = {}
+    causes: dict[str, str] = {}
     names_by_notebook, plans, answers, specs = [], {}, {}, []
     for path, assignment in notebooks:
         source = source_notebook(assignment, None if hidden else RELEASE)
@@ -256,6 +258,7 @@ def grade_notebooks(
         except ValueError as error:
             reason = StudentError("missing", f"Not graded: {error}.")
             verdicts.update({n: _verdict_for_all(n, reason, plans[n]) for n in names})
+            causes.update(dict.fromkeys(names, reason.kind))
             continue
         for name in names:
             answers[name] = answer_source(notebook, name)
@@ -263,6 +266,7 @@ def grade_notebooks(
                 missing = f"No answer cell defines `{name}` (was it renamed or deleted?)."
                 reason = StudentError("missing", missing)
                 verdicts[name] = _verdict_for_all(name, reason, plans[name])
+                causes[name] = reason.kind
                 continue
             specs.append(
                 {
@@ -276,7 +280,14 @@ def grade_notebooks(
         static = forbidden_uses(answers[name], EXERCISES[name])
         integrity = integrity_message(EXERCISES[name], static, calls)
         verdicts[name] = judge(EXERCISES[name], plans[name], outputs, integrity)
-    return [[_result(verdicts[n]) for n in names] for names in names_by_notebook]
+        causes[name] = _cause(outputs)
+    return [[_result(verdicts[n], causes[n]) for n in names] for names in names_by_notebook]
+
+
+def _cause(outputs: list[Outputs]) -> str:
+    """The runner's reason when no output of an exercise could be judged (crash, timeout)."""
+    kinds = {o.kind if isinstance(o, StudentError) else "" for o in outputs}
+    return kinds.pop() if len(kinds) == 1 and kinds <= {"crash", "timeout"} else ""
 
 
 def _run_all(specs: list[dict], plans: dict, limits: Limits, sandbox, scratch: Path | None):
@@ -330,5 +341,7 @@ def _crashed(name: str, cases: int) -> tuple[list[Outputs], set[str]]:
     ] * cases, set()
 
 
-def _result(verdict: Verdict) -> ExerciseResult:
-    return ExerciseResult(verdict.exercise.name, verdict.score, verdict.max_score, verdict.render())
+def _result(verdict: Verdict, cause: str) -> ExerciseResult:
+    return ExerciseResult(
+        verdict.exercise.name, verdict.score, verdict.max_score, verdict.render(), cause
+    )

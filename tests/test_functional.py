@@ -288,7 +288,11 @@ FLOAT32_ULP_AT_1E4 = 2.0**-10  # float32 values in [8192, 16384) are 2**-10 apar
 def test_float32_output_is_the_float64_result_rounded_once(name, offset, seed):
     ours, theirs = SHIFTED_NORMS[name]
     x = (offset + randn(16, 8, 32, dtype=torch.float64, seed=seed)).float()  # std 1
-    truth = theirs(x.double())  # float64 ground truth on the same float32 values
+    # Float64 ground truth on the same float32 values. A norm that subtracts a mean gets them
+    # shifted back by the offset, exactly (they are multiples of their ulp): the same result
+    # without float64 cancellation, which in torch's no-SIMD kernels (1e-12 at offset 1e4) is
+    # enough to move a float32 rounding.
+    truth = theirs(x.double() - (0.0 if name == "rms_norm" else offset))
     out = ours(x)
     assert out.dtype == torch.float32
     # Correctly rounded, element by element: no float32 result, torch's included, is closer.
