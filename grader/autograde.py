@@ -7,18 +7,31 @@ Two phases per submission, pipelined:
    `InjectResults` in place of `Execute`, then a `.graded` stamp holding the submission's hash.
 A re-run skips every submission whose stamp matches its current hash, so an interrupted batch
 loses no finished grade and re-grading an unchanged class changes nothing.
+
+A grader fault (a runner that cannot start or read its job, a full disk, a stop) is never a
+grade: that submission is not recorded in nbgrader (the gradebook keeps what it held, if
+anything) and not stamped, so the next run grades it. One run at a time holds the course
+(a lock); SIGINT, SIGTERM and SIGHUP stop it cleanly (`Interrupted`); a gradebook that is gone
+while the course says it graded notebooks is refused (`GradebookLost`), never re-created.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import secrets
+import shutil
+import signal
+import sqlite3
 import sys
+import tempfile
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -38,7 +51,35 @@ from grader.discovery import student_folders
 from grader.nbgrader_steps import InjectResults, results_path
 from grader.notebook import read_notebook, restore_metadata, source_notebook, submitted_bytes
 from grader.sandbox import Sandbox
-from grader.submission import DEFAULT_LIMITS, Limits, grade_notebooks
+from grader.submission import (
+    DEFAULT_LIMITS,
+    RUNNERS,
+    GraderFault,
+    Limits,
+    grade_notebooks,
+)
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Refused(RuntimeError):
+    """The run cannot start; nothing was changed."""
+
+
+class CourseBusy(Refused):
+    pass
+
+
+class GradebookLost(Refused):
+    pass
+
+
+class Interrupted(RuntimeError):
+    """A stop signal ended the run; what was recorded before it stands, the rest is not graded."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
 
 
 @dataclass(frozen=True)
@@ -59,6 +100,7 @@ class Outcome:
     max_score: float = 0.0
     problem: str = ""  # why the submission could not be recorded, in plain words
     skipped: bool = False
+    grader_fault: bool = False  # the problem is the grader's, not the submission's
 
 
 @dataclass
@@ -74,6 +116,72 @@ class Course:
         self.root.mkdir(parents=True, exist_ok=True)
         self.results = self.root / "results"
         self.staged = self.root / "submitted"
+        # The runners' job folders: this course's own, in the system's temporary folder (the
+        # sandbox shows a job at its own path, so a folder in the course would show the
+        # course's path), found again by the next run to remove what a killed one left.
+        tag = hashlib.sha256(str(self.root).encode()).hexdigest()[:16]
+        self.scratch = Path(tempfile.gettempdir()) / f"grader-scratch-{tag}"
+        self.gradebook = self.root / "gradebook.db"
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the course for one run; the kernel releases it when the process dies, however."""
+        path = self.root / "autograde.lock"
+        with path.open("a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise CourseBusy(
+                    f"another `grader autograde` is grading {self.root} (it holds {path}); "
+                    "wait for it to finish, or stop it"
+                ) from None
+            yield
+
+    def clean_scratch(self) -> None:
+        """Remove job folders a killed run left (students' code and hidden inputs)."""
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        try:
+            self.scratch.mkdir(mode=0o700)
+        except OSError as error:
+            raise Refused(f"cannot make the scratch folder {self.scratch} ({error})") from None
+
+    def graded_stamps(self) -> list[Path]:
+        return sorted(self.results.glob("*/*.graded"))
+
+    def gradebook_problem(self) -> str:
+        """What is wrong with the gradebook given what this course has graded ('' if nothing):
+        missing, empty, unreadable, or without submissions the stamps say were recorded."""
+        stamps = self.graded_stamps()
+        if not stamps:
+            return ""
+        graded = f"{len(stamps)} notebooks were graded into it"
+        if not _holds_data(self.gradebook):
+            state = "missing" if not self.gradebook.exists() else "empty"
+            return f"{self.gradebook} is {state}, but {graded}"
+        try:  # mode=rw: never create it; a killed write's hot journal is rolled back
+            with closing(sqlite3.connect(f"file:{self.gradebook}?mode=rw", uri=True)) as db:
+                recorded = set(
+                    db.execute(
+                        "SELECT s.student_id, a.name FROM submitted_assignment s "
+                        "JOIN assignment a ON s.assignment_id = a.id"
+                    )
+                )
+        except sqlite3.DatabaseError as error:
+            return f"{self.gradebook} is unreadable ({error}), but {graded}"
+        lost = [p for p in stamps if (p.parent.name, p.stem) not in recorded]
+        if lost:
+            example = f"{lost[0].parent.name}/{lost[0].stem}"
+            return f"{self.gradebook} lacks {len(lost)} of the {graded} (e.g. {example})"
+        return ""
+
+    def start_new_gradebook(self) -> None:
+        """Set the old gradebook aside (never deleted) and forget every stamp, so that every
+        assignment is registered and every submission graded into a new one."""
+        if self.gradebook.exists():
+            aside = self.gradebook.with_name(f"gradebook.db.lost-{time.strftime('%Y%m%d-%H%M%S')}")
+            os.replace(self.gradebook, aside)
+        for stamp in [*self.graded_stamps(), *(self.root / "release").glob(".*.source-sha256")]:
+            stamp.unlink()
 
     def api(self) -> NbGraderAPI:
         config = course_config(root=self.root, release=self.root / "release")
@@ -161,15 +269,20 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(partial, path)
 
 
+def _holds_data(path: Path) -> bool:
+    return path.is_file() and path.stat().st_size > 0
+
+
 def prepare(course: Course) -> None:
     """Put every assignment in the gradebook (nbgrader's generate_assignment), once per source."""
     use_this_environment()
     api = course.api()
     for assignment in assignments():
+        _stop_point()
         source = course_source() / assignment / f"{assignment}.ipynb"
         stamp = course.root / "release" / f".{assignment}.source-sha256"
         digest = hashlib.sha256(source.read_bytes()).hexdigest()
-        if stamp.is_file() and stamp.read_text() == digest:
+        if stamp.is_file() and stamp.read_text() == digest and _holds_data(course.gradebook):
             continue
         result = api.generate_assignment(assignment, force=True, create=True)
         if not result["success"]:
@@ -182,11 +295,15 @@ def grade(tasks: list[Task], course: Course, seed: int, limits: Limits, sandbox)
     """Phase 1 (any thread): grade one student's notebooks together and store each result;
     returns the fingerprints graded, in the order of `tasks`."""
     digests = [fingerprint(t) for t in tasks]
-    graded = grade_notebooks([(t.submission, t.assignment) for t in tasks], seed, limits, sandbox)
+    notebooks = [(t.submission, t.assignment) for t in tasks]
+    graded = grade_notebooks(notebooks, seed, limits, sandbox, scratch=course.scratch)
     for task, digest, exercises in zip(tasks, digests, graded, strict=True):
         record = {"fingerprint": digest, "exercises": [asdict(e) for e in exercises]}
         path = results_path(course.results, task.student, task.assignment)
-        _write_atomically(path, json.dumps(record))
+        try:
+            _write_atomically(path, json.dumps(record))
+        except OSError as error:
+            raise GraderFault(f"could not store the result in {path.parent} ({error})") from None
     return digests
 
 
@@ -257,50 +374,137 @@ def autograde(
     limits: Limits = DEFAULT_LIMITS,
     sandbox: Sandbox | None = None,
     progress: bool = True,
+    force: bool = False,
+    students: Collection[str] = (),
+    notebooks: Collection[str] = (),
 ) -> list[Outcome]:
-    """Grade every submission under `submissions`; returns one outcome per student × notebook."""
-    prepare(course)
-    api = course.api()
-    seed = secrets.randbits(31) if seed is None else seed  # hidden inputs differ every run
-    tasks = discover(submissions)
-    outcomes = refused(submissions)
-    todo = []
-    for task in tasks:
-        stamp = _stamp(course, task)
-        if stamp.is_file() and stamp.read_text() == fingerprint(task):
-            outcomes.append(Outcome(task, skipped=True))
-        else:
-            todo.append(task)
-    bar = Progress(todo) if progress else None
-    by_student: dict[str, list[Task]] = {}
-    for task in todo:
-        by_student.setdefault(task.student, []).append(task)
-    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-        futures = {
-            pool.submit(grade, tasks, course, seed, limits, sandbox): tasks
-            for tasks in by_student.values()
-        }
-        for future in as_completed(futures):
-            for outcome in _record_all(futures[future], future, course, api):
-                outcomes.append(outcome)
-                if bar:
-                    bar.advance(outcome)
-    return sorted(outcomes, key=lambda o: (o.task.student, o.task.assignment))
+    """Grade every submission under `submissions`; returns one outcome per student × notebook.
+
+    Args:
+        force: grade again what is unchanged since it was recorded; with a lost gradebook, set
+            it aside and grade everything into a new one (see `GradebookLost`).
+        students, notebooks: grade only these students, only these assignments (default: all).
+    Raises:
+        CourseBusy: another run holds the course. GradebookLost: see `Course.gradebook_problem`.
+        Interrupted: a stop signal came; the finished notebooks are recorded, nothing else.
+    """
+    with course.lock(), _stop_on_signals():
+        problem = course.gradebook_problem()
+        if problem and not force:
+            raise GradebookLost(
+                f"{problem}. Nothing was graded. Restore it from a backup, or grade everything "
+                "again into a new gradebook with --force (the old file is kept aside)."
+            )
+        if problem:
+            course.start_new_gradebook()
+        course.clean_scratch()
+        try:
+            prepare(course)
+            seed = secrets.randbits(31) if seed is None else seed  # hidden inputs vary per run
+            outcomes, todo = refused(submissions), []
+            for task in discover(submissions):
+                if (students and task.student not in students) or (
+                    notebooks and task.assignment not in notebooks
+                ):
+                    continue
+                unchanged = _stamp(course, task).is_file() and (
+                    _stamp(course, task).read_text() == fingerprint(task)
+                )
+                if unchanged and not force:
+                    outcomes.append(Outcome(task, skipped=True))
+                else:
+                    todo.append(task)
+            run = _Run(course, course.api(), jobs, seed, limits, sandbox)
+            outcomes += run.grade_and_record(todo, Progress(todo) if progress else None)
+            _stop_point()
+            return sorted(outcomes, key=lambda o: (o.task.student, o.task.assignment))
+        finally:
+            shutil.rmtree(course.scratch, ignore_errors=True)
+
+
+@dataclass
+class _Run:
+    course: Course
+    api: NbGraderAPI
+    jobs: int | None
+    seed: int
+    limits: Limits
+    sandbox: Sandbox | None
+
+    def grade_and_record(self, todo: list[Task], bar: Progress | None) -> list[Outcome]:
+        """Grade each student's notebooks in worker threads, record them in this one; on a
+        stop, record nothing more and wait for the workers, whose runners are being killed."""
+        by_student: dict[str, list[Task]] = {}
+        for task in todo:
+            by_student.setdefault(task.student, []).append(task)
+        outcomes = []
+        with ThreadPoolExecutor(max_workers=self.jobs or os.cpu_count() or 1) as pool:
+            futures = {
+                pool.submit(grade, tasks, self.course, self.seed, self.limits, self.sandbox): tasks
+                for tasks in by_student.values()
+            }
+            for future in as_completed(futures):
+                if RUNNERS.stopping.is_set():
+                    break
+                for outcome in _record_all(futures[future], future, self.course, self.api):
+                    outcomes.append(outcome)
+                    if bar:
+                        bar.advance(outcome)
+            pool.shutdown(cancel_futures=True)
+        return outcomes
 
 
 def _record_all(tasks: list[Task], future, course: Course, api: NbGraderAPI) -> list[Outcome]:
     """Record each of one student's graded notebooks; a failure is that notebook's alone."""
     try:
         digests = future.result()
+    except GraderFault as fault:  # never a grade: not recorded, not stamped, graded next run
+        problem = f"not graded: grader error: {fault}"
+        return [Outcome(t, problem=problem, grader_fault=True) for t in tasks]
     except Exception as error:  # one broken submission never stops the batch
         return [Outcome(t, problem=f"{type(error).__name__}: {error}") for t in tasks]
     outcomes = []
     for task, digest in zip(tasks, digests, strict=True):
+        if RUNNERS.stopping.is_set():  # the rest is graded again by the next run
+            break
         try:
             outcomes.append(record(task, course, api, digest))
         except Exception as error:
             outcomes.append(Outcome(task, problem=f"{type(error).__name__}: {error}"))
     return outcomes
+
+
+_signalled: list[int] = []  # the stop signals received by the run in progress
+
+
+def _stop_point() -> None:
+    """Raise Interrupted if a stop signal came: called where stopping leaves nothing half-done."""
+    if _signalled:
+        raise Interrupted(_signalled[0])
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """While grading, a stop signal kills the runners and lets the gradebook write in progress
+    finish: raising in the middle of it is not ours to do (nbgrader swallows
+    KeyboardInterrupt while recording), so the signal is only noted here and acted on at the
+    next `_stop_point`."""
+    _signalled.clear()
+    RUNNERS.reset()
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals are delivered to the main thread only; its caller handles them
+        return
+
+    def stop(signum, frame) -> None:
+        _signalled.append(signum)
+        RUNNERS.stop()
+
+    previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def students(outcomes: Iterable[Outcome]) -> list[str]:

@@ -70,7 +70,9 @@ def _isolation(args: argparse.Namespace):
 
 
 def _autograde(args: argparse.Namespace) -> int:
-    from grader.autograde import Course, autograde
+    """Exit 0 when every notebook is graded and recorded, 1 when some are not (listed), 2 when
+    the run is refused, 128 + N when stopped by signal N."""
+    from grader.autograde import Course, Interrupted, Refused, autograde
     from grader.discovery import layout_problem
 
     _use_source(args)
@@ -79,7 +81,28 @@ def _autograde(args: argparse.Namespace) -> int:
         raise UsageError(problem)
     sandbox, limits = _isolation(args)
     course = Course(args.course)
-    outcomes = autograde(args.submissions, course, args.jobs, args.seed, limits, sandbox)
+    try:
+        outcomes = autograde(
+            args.submissions,
+            course,
+            args.jobs,
+            args.seed,
+            limits,
+            sandbox,
+            force=args.force,
+            students=args.student or (),
+            notebooks=args.assignment or (),
+        )
+    except Refused as error:
+        print(f"grader: {error}", file=sys.stderr)
+        return 2
+    except Interrupted as stop:
+        print(
+            f"\ngrader: {stop}: the runners were stopped; notebooks recorded before it keep "
+            "their grades, the others were not graded. Run the same command again to finish.",
+            file=sys.stderr,
+        )
+        return 128 + stop.signum
     return _summary(outcomes, course)
 
 
@@ -135,7 +158,11 @@ def _graded_course(root: Path):
             f"{root} is not a graded course ({gradebook} is missing or empty): "
             f"run `grader autograde SUBMISSIONS --course {root}` first"
         )
-    return Course(root)
+    course = Course(root)
+    problem = course.gradebook_problem()
+    if problem:
+        raise UsageError(f"{problem}: restore it, or run `grader autograde --force`")
+    return course
 
 
 def _students(course: Path) -> list[str]:
@@ -291,6 +318,21 @@ def build_parser() -> argparse.ArgumentParser:
     autograde.add_argument("submissions", type=Path)
     autograde.add_argument(
         "--seed", type=_seed, default=None, help="fix the hidden inputs (default: random)"
+    )
+    autograde.add_argument(
+        "--force",
+        action="store_true",
+        help="grade again even what is unchanged since it was recorded (and, if the gradebook "
+        "was lost, grade everything into a new one)",
+    )
+    autograde.add_argument(
+        "--student", action="append", metavar="ID", help="grade only this student (repeatable)"
+    )
+    autograde.add_argument(
+        "--assignment",
+        action="append",
+        metavar="NAME",
+        help="grade only this notebook (repeatable)",
     )
     autograde.set_defaults(run=_autograde)
 

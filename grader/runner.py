@@ -5,10 +5,24 @@ this runner executes each exercise in its own forked child, under resource limit
 writes back plain arrays (`out/<exercise>.npz`) and a small JSON record of errors and of the
 forbidden library calls it saw. A crash, hang or memory bomb in one exercise costs only that
 exercise. Nothing here decides a score: the grader compares the arrays in its own process.
+
+What the grader must know for sure travels as lines on this process's stdout, which no student
+code can write: the children's stdout is /dev/null, the pipe belongs to the grader's uid (a child
+cannot reopen it through /proc/<runner>/fd/1), and this process is not dumpable (a child of the
+same uid can neither ptrace it nor write its memory to make it speak):
+- `ready`: the job was read and the warm-up done, before any student code ran. A runner that
+  never says it failed for the grader's reasons (it could not start or read its job);
+- `started <exercise>`: student code is about to run, so a death from here on is the answer's;
+- `done <exercise>`: its record is complete. A record without `done` is not believed: the
+  runner died while the answer ran (the answer's crash), whatever the answer wrote;
+- `fault <reason>`: the runner could not keep its own records (e.g. the disk is full), which
+  is not the answer's doing either.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import os
 import resource
@@ -27,6 +41,30 @@ from grader.checks.probe import call, load_answer, tripwires
 MB = 1 << 20
 # Read once, before any student code runs: set by grader.sandbox's bubblewrap command line.
 IN_SANDBOX = os.environ.get("GRADER_SANDBOX") == "1"
+# Below this much free space on the job's disk, a missing record is the full disk's fault.
+MIN_FREE_BYTES = 64 * MB
+# Errors of the runner's own writes that say nothing about the answer.
+DISK_FAULTS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS}
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+class RunnerFault(Exception):
+    """The runner cannot do its part; the grader must not blame the answer."""
+
+
+def tell(*words: str) -> None:
+    """One line of the protocol to the grader (see the module's docstring)."""
+    print(*words, flush=True)
+
+
+def _die_with_parent() -> None:
+    """Be killed when the parent dies, so that a stopped grader leaves no process behind."""
+    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _set_dumpable(on: bool) -> None:
+    _LIBC.prctl(PR_SET_DUMPABLE, int(on), 0, 0, 0)
 
 
 def _limit(kind: int, value: int) -> None:
@@ -97,12 +135,15 @@ def run_exercise(spec: dict, job: Path) -> None:
     _record(out, name, arrays, meta)
 
 
-def supervise(spec: dict, job: Path, limits: dict) -> None:
-    """Fork, limit, wait; a child that dies or overruns leaves a 'crash' or 'timeout' record."""
-    (job / "out" / f"{spec['name']}.started").touch()  # so the grader knows who ran last
+def supervise(spec: dict, job: Path, limits: dict, ours: set[Path]) -> None:
+    """Fork, limit, wait; a child that dies or overruns leaves a 'crash' or 'timeout' record.
+    `ours`: the files in `job` that are the runner's, not the answers' (see _record_failure)."""
+    tell("started", spec["name"])  # so the grader knows who ran last
     pid = os.fork()
     if pid == 0:
         try:
+            _die_with_parent()
+            _set_dumpable(True)  # its own /proc entries stay readable to the answer
             os.setsid()  # its own process group, so a timeout kills everything it started
             apply_limits(limits)
             _silence()
@@ -120,12 +161,38 @@ def supervise(spec: dict, job: Path, limits: dict) -> None:
         _kill_leftovers(pid)
         os.waitpid(pid, 0)
         reason = f"`{spec['name']}` did not finish within {limits['wall_seconds']} s (timeout)."
-        return _record(job / "out", spec["name"], {}, {"load_error": ["timeout", reason]})
+        return _record_failure(job, spec["name"], "timeout", reason, ours)
     _kill_leftovers(pid)
     if not (job / "out" / f"{spec['name']}.json").exists():
         how = f"signal {-status}" if os.WIFSIGNALED(status) else f"exit {os.WEXITSTATUS(status)}"
         reason = f"`{spec['name']}` crashed the Python process ({how}), e.g. os._exit or memory."
-        _record(job / "out", spec["name"], {}, {"load_error": ["crash", reason]})
+        _record_failure(job, spec["name"], "crash", reason, ours)
+
+
+def _record_failure(job: Path, name: str, kind: str, reason: str, ours: set[Path]) -> None:
+    """Record that the answer crashed or overran, unless the disk is too full to tell: a child
+    that could not write its arrays on a full disk did not crash of its own doing. What the
+    answers left in the job goes first, so an answer cannot fill the disk to pass for that."""
+    _remove_all_but(job, ours)
+    free = os.statvfs(job)
+    if free.f_bavail * free.f_frsize < MIN_FREE_BYTES:
+        raise RunnerFault(
+            f"the disk holding the job is full ({free.f_bavail * free.f_frsize // MB} MB free)"
+        )
+    try:
+        _record(job / "out", name, {}, {"load_error": [kind, reason]})
+    except OSError as error:
+        if error.errno in DISK_FAULTS:
+            raise RunnerFault(f"the runner could not write its record ({error})") from None
+        raise
+
+
+def _remove_all_but(job: Path, ours: set[Path]) -> None:
+    for folder, dirs, files in os.walk(job):
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
+            path = Path(folder, name)
+            if path not in ours:
+                path.unlink(missing_ok=True)
 
 
 def warm_up(spec: dict) -> None:
@@ -140,12 +207,26 @@ def warm_up(spec: dict) -> None:
 
 
 def main(job: str) -> int:
+    _die_with_parent()
+    _set_dumpable(False)
     job_dir = Path(job)
     spec = json.loads((job_dir / "job.json").read_text())
     (job_dir / "out").mkdir(exist_ok=True)
     warm_up(spec)
-    for exercise in spec["exercises"]:
-        supervise(exercise, job_dir, spec["limits"])
+    tell("ready")
+    ours = {job_dir / "job.json"} | {
+        job_dir / "in" / e["name"] / f"{i}.npz"
+        for e in spec["exercises"]
+        for i in range(e["cases"])
+    }
+    try:
+        for exercise in spec["exercises"]:
+            supervise(exercise, job_dir, spec["limits"], ours)
+            tell("done", exercise["name"])
+            ours |= {job_dir / "out" / f"{exercise['name']}.{kind}" for kind in ("npz", "json")}
+    except RunnerFault as fault:
+        tell("fault", str(fault))
+        return 3
     return 0
 
 

@@ -2,16 +2,25 @@
 
 Only plain arrays cross back from the runner (.npz read with allow_pickle=False, and a small
 JSON record); the comparison with the reference and the score happen in this process.
+
+A runner that fails for a reason of the grader's (it cannot start or read its job, the disk is
+full, the grader is stopping) raises `GraderFault`: never a score. Only what happened after the
+runner said an exercise had started (see grader.runner) can cost that exercise points.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePath
 
@@ -33,6 +42,56 @@ from grader.untrusted import read_below, write_replacing
 
 MAX_RECORD_BYTES = 1 << 20
 MAX_ARRAYS_BYTES = 64 << 20  # the runner cannot write more (Limits.file_mb)
+TAIL_CHARS = 300  # of a failed runner's stderr, to name the cause
+
+
+class GraderFault(RuntimeError):
+    """The grader, not the student, failed: nothing may be recorded as a grade."""
+
+
+class Stopped(GraderFault):
+    """The grader was asked to stop (a signal) while this was being graded."""
+
+
+class Runners:
+    """The runner processes alive, so that a stop can kill them all at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._alive: set[subprocess.Popen] = set()
+        self.stopping = threading.Event()
+
+    @contextmanager
+    def track(self, process: subprocess.Popen) -> Iterator[None]:
+        with self._lock:
+            self._alive.add(process)
+            if self.stopping.is_set():  # raced with stop(): it did not see this one
+                _kill_group(process)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._alive.discard(process)
+
+    def stop(self) -> None:
+        """Kill every runner (each in its own process group) and refuse to start new ones."""
+        with self._lock:
+            self.stopping.set()
+            for process in self._alive:
+                _kill_group(process)
+
+    def reset(self) -> None:
+        self.stopping.clear()
+
+
+RUNNERS = Runners()
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 @dataclass(frozen=True)
@@ -76,8 +135,7 @@ def _read_outputs(job: Path, name: str, cases: int) -> tuple[list[Outputs], set[
         record = json.loads(read_below(job, PurePath("out", f"{name}.json"), MAX_RECORD_BYTES))
         assert isinstance(record, dict)
     except FileNotFoundError:
-        error = StudentError("crash", f"`{name}` crashed the grading process (no result).")
-        return [error] * cases, set()
+        return _crashed(name, cases)
     except (OSError, ValueError, AssertionError):  # Refused, bad JSON or UTF-8
         error = StudentError("crash", f"`{name}` left a result that is not the runner's.")
         return [error] * cases, set()
@@ -112,15 +170,49 @@ def _plain_arrays(npz: bytes) -> dict[str, np.ndarray]:
         return {key: data[key] for key in data.files}
 
 
-def run_job(job: Path, limits: Limits, sandbox: Sandbox | None, cases: int) -> None:
-    """Start the runner on `job` (in the sandbox, if any) and wait, killing it if it overruns."""
-    command = [sys.executable, "-m", "grader.runner", str(job)]
-    env = runner_env(job)
+def run_job(job: Path, limits: Limits, sandbox: Sandbox | None, cases: int) -> list[str]:
+    """Start the runner on `job` (in the sandbox, if any) and wait, killing it if it overruns;
+    returns the exercises it started, in order, each with whether it finished (its record is
+    complete; one that did not took the runner down). Raises GraderFault when it failed before any
+    student code ran, or said it could not keep its records."""
+    if RUNNERS.stopping.is_set():
+        raise Stopped("the grader was stopped")
     timeout = limits.wall_seconds * max(cases, 1) + 60
-    if sandbox is None:
-        subprocess.run(command, cwd=job, env=env, timeout=timeout, capture_output=True)
-        return
-    subprocess.run(sandbox.command(command, job), env=env, timeout=timeout, capture_output=True)
+    command = [sys.executable, "-m", "grader.runner", str(job)]
+    out, err = _run(command if sandbox is None else sandbox.command(command, job), job, timeout)
+    if RUNNERS.stopping.is_set():
+        raise Stopped("the grader was stopped")
+    lines = [line.partition(" ") for line in out.splitlines()]
+    faults = [rest for word, _, rest in lines if word == "fault"]
+    started = [rest for word, _, rest in lines if word == "started"]
+    done = {rest for word, _, rest in lines if word == "done"}
+    if faults:
+        raise GraderFault(faults[0])
+    if not started:  # no student code ran: whatever stopped it was not the student's doing
+        last = err.strip().splitlines()[-1:] or ["no message"]
+        raise GraderFault(f"the runner did not start its job ({last[0][:TAIL_CHARS]})")
+    return [(name, name in done) for name in started]
+
+
+def _run(command: list[str], job: Path, timeout: float) -> tuple[str, str]:
+    """Run the runner in its own process group (a terminal's Ctrl-C is the grader's to handle,
+    not the runner's to die of), killed on overrun or stop; returns its stdout and stderr."""
+    process = subprocess.Popen(
+        command,
+        cwd=job,
+        env=runner_env(job),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
+    with RUNNERS.track(process):
+        try:
+            return process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            return process.communicate()
 
 
 def grade_notebook(
@@ -141,12 +233,17 @@ def grade_notebooks(
     limits: Limits = DEFAULT_LIMITS,
     sandbox: Sandbox | None = None,
     hidden: bool = True,
+    scratch: Path | None = None,
 ) -> list[list[ExerciseResult]]:
     """One student's notebooks (path, assignment) graded by one runner, which pays Python's and
     torch's start-up once; each exercise still runs in its own forked, limited process.
 
     The visible checks alone (`grader check`) take the exercises and the imports cell from the
     student release, so they run where the course source (the answer key) is not installed.
+
+    Args:
+        scratch: the folder to hold the runners' job folders (default: the system's temporary
+            folder). Raises GraderFault when a runner fails for the grader's reasons.
     """
     verdicts: dict[str, Verdict] = {}
     causes: dict[str, str] = {}
@@ -179,15 +276,11 @@ def grade_notebooks(
                     "cases": len(plans[name]),
                 }
             )
-    with tempfile.TemporaryDirectory(prefix="grade-") as scratch:
-        job = Path(scratch)
-        for spec in specs:
-            _write_inputs(job, spec["name"], plans[spec["name"]])
-        for name, outputs, calls in _run_all(job, specs, limits, sandbox):
-            static = forbidden_uses(answers[name], EXERCISES[name])
-            integrity = integrity_message(EXERCISES[name], static, calls)
-            verdicts[name] = judge(EXERCISES[name], plans[name], outputs, integrity)
-            causes[name] = _cause(outputs)
+    for name, outputs, calls in _run_all(specs, plans, limits, sandbox, scratch):
+        static = forbidden_uses(answers[name], EXERCISES[name])
+        integrity = integrity_message(EXERCISES[name], static, calls)
+        verdicts[name] = judge(EXERCISES[name], plans[name], outputs, integrity)
+        causes[name] = _cause(outputs)
     return [[_result(verdicts[n], causes[n]) for n in names] for names in names_by_notebook]
 
 
@@ -197,24 +290,55 @@ def _cause(outputs: list[Outputs]) -> str:
     return kinds.pop() if len(kinds) == 1 and kinds <= {"crash", "timeout"} else ""
 
 
-def _run_all(job: Path, specs: list[dict], limits: Limits, sandbox: Sandbox | None):
+def _run_all(specs: list[dict], plans: dict, limits: Limits, sandbox, scratch: Path | None):
     """Run every exercise, yielding (name, outputs, calls). When an answer takes the runner
     down with it, the exercise that was running is reported as crashed and the ones not yet
-    started run again in a fresh runner, so the honest answers keep their points."""
-    remaining = list(specs)
+    started run again in a fresh runner, so the honest answers keep their points. Each runner
+    gets a fresh job folder; a grader fault is tried once more, then raised."""
+    remaining, faults = list(specs), 0
     while remaining:
-        spec = {"exercises": remaining, "limits": asdict(limits)}
-        write_replacing(job, "job.json", json.dumps(spec).encode())
         try:
-            run_job(job, limits, sandbox, len(remaining))
-        except subprocess.TimeoutExpired:
-            pass
-        started = [s for s in remaining if (job / "out" / f"{s['name']}.started").exists()]
-        if not started:  # the runner never ran: nothing can be graded, nothing is retried
-            started = remaining
-        for s in started:  # an absent record reads as a crash
-            yield (s["name"], *_read_outputs(job, s["name"], s["cases"]))
-        remaining = [s for s in remaining if s not in started]
+            done = _run_in_fresh_job(remaining, plans, limits, sandbox, scratch)
+        except Stopped:
+            raise
+        except GraderFault:
+            faults += 1
+            if faults > 1:
+                raise
+            continue
+        yield from done
+        finished = {name for name, *_ in done}
+        remaining = [s for s in remaining if s["name"] not in finished]
+
+
+def _run_in_fresh_job(specs: list[dict], plans: dict, limits: Limits, sandbox, scratch):
+    """One runner on `specs` in a new job folder: the (name, outputs, calls) of every exercise
+    it started, in order (an absent record reads as a crash)."""
+    try:
+        folder = tempfile.TemporaryDirectory(prefix="grade-", dir=scratch)
+    except OSError as error:
+        raise GraderFault(f"could not make a job folder in {scratch} ({error})") from None
+    with folder:
+        job = Path(folder.name)
+        try:
+            for spec in specs:
+                _write_inputs(job, spec["name"], plans[spec["name"]])
+            job_file = {"exercises": specs, "limits": asdict(limits)}
+            write_replacing(job, "job.json", json.dumps(job_file).encode())
+        except OSError as error:
+            raise GraderFault(f"could not write the runner's job in {job} ({error})") from None
+        started = run_job(job, limits, sandbox, len(specs))
+        cases = {s["name"]: s["cases"] for s in specs}
+        return [
+            (n, *(_read_outputs(job, n, cases[n]) if done else _crashed(n, cases[n])))
+            for n, done in started
+        ]
+
+
+def _crashed(name: str, cases: int) -> tuple[list[Outputs], set[str]]:
+    return [
+        StudentError("crash", f"`{name}` crashed the grading process (no result).")
+    ] * cases, set()
 
 
 def _result(verdict: Verdict, cause: str) -> ExerciseResult:

@@ -1,0 +1,358 @@
+"""A fault of the grader is never a student's grade, and every stop is clean.
+
+A small class is graded once, cleanly, with a fixed seed; each test then breaks the grader in
+one way (a runner that cannot read its job or start, a full disk, a signal at a random moment, a
+second run, a lost gradebook) and checks that nothing wrong was recorded, that the run says so
+and exits non-zero, and that the next run reaches exactly the clean run's per-cell scores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from nbgrader.api import Gradebook
+
+from grader.autograde import Course, CourseBusy, GradebookLost, autograde, prepare
+from grader.cli import main as cli
+from grader.config import REPO, assignments
+from grader.demo import (
+    PROFILES,
+    Profile,
+    _all_but_first,
+    _edit_first_answer,
+    _full,
+    expected_scores,
+    write_class,
+)
+from grader.nbgrader_steps import TEST_SUFFIX
+from grader.sandbox import Sandbox, available
+from grader.submission import Limits
+
+pytestmark = pytest.mark.skipif(not available(), reason="bubblewrap is not installed")
+
+SEED = 20261201
+LIMITS = Limits(wall_seconds=10, processes=64)
+NEWCOMER = "ada2"  # a student added after the clean run: graded by the faulty run, or not
+
+# Answers that try to pass their own failure off as the grader's.
+KILLS_RUNNER = """import glob, os, signal
+for marker in glob.glob("out/*.started"):  # where a runner might note which answer it ran
+    os.remove(marker)
+os.kill(os.getppid(), signal.SIGKILL)
+"""
+FORGES_FAULT = """import os
+try:  # speak for the runner on its stdout (a pipe only the grader's uid may open)
+    with open(f"/proc/{os.getppid()}/fd/1", "w") as runner_stdout:
+        runner_stdout.write("fault the disk is full\\n")
+except OSError:
+    pass
+try:  # or reach into its memory, to make it say so (what ptrace allows)
+    open(f"/proc/{os.getppid()}/mem", "r+b").close()
+    os._exit(1)  # it could: stand for what it would do with that as this answer's crash
+except OSError:
+    pass
+"""
+CLASS = {
+    "ada": PROFILES["ada"],
+    "zed": Profile(
+        "deletes the runner's markers and kills it in the first answer",
+        _edit_first_answer(lambda src, name: KILLS_RUNNER + src),
+        _all_but_first,
+    ),
+    "uma": Profile(
+        "writes a fault line into the runner's stdout, then answers correctly",
+        _edit_first_answer(lambda src, name: FORGES_FAULT + src),
+        _full,
+    ),
+}
+
+
+def recorded(course: Course) -> dict[tuple[str, str], dict[str, float]]:
+    """Every per-cell score in the gradebook, by (student, assignment)."""
+    with Gradebook(course.api().coursedir.db_url) as gradebook:
+        return {
+            (s.student.id, s.assignment.name): {
+                g.name.removesuffix(TEST_SUFFIX): g.score
+                for g in nb.grades
+                if g.name.endswith(TEST_SUFFIX)
+            }
+            for student in gradebook.students
+            for s in student.submissions
+            for nb in s.notebooks
+        }
+
+
+def run_autograde(course: Course, submissions: Path, sandbox: Sandbox, **options):
+    return autograde(submissions, course, 2, SEED, LIMITS, sandbox, progress=False, **options)
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory):
+    """The class graded without a fault: its folder, course and per-cell scores."""
+    root = tmp_path_factory.mktemp("faults")
+    submissions = write_class(root / "submissions", CLASS)
+    course = Course(root / "course")
+    prepare(course)  # kept as it is now, so the stop tests need not pay for it again
+    shutil.copytree(course.root, root / "prepared")
+    sandbox = Sandbox()
+    outcomes = run_autograde(course, submissions, sandbox)
+    assert [o.problem for o in outcomes if o.problem] == []
+    return root, recorded(course), sandbox
+
+
+def test_the_clean_run_blames_no_one_for_the_grader_and_the_grader_for_no_one(clean):
+    """A runner killed by the answer, its markers deleted first, costs that exercise only; an
+    answer cannot make the runner report a fault of its own (its output, its memory)."""
+    _, scores, _ = clean
+    assert scores == expected_scores(CLASS)
+
+
+@pytest.fixture
+def course_copy(clean, tmp_path):
+    """A copy of the clean course, and the class with a newcomer the copy has not graded."""
+    root, _, _ = clean
+    shutil.copytree(root / "submissions", tmp_path / "submissions")
+    shutil.copytree(root / "course", tmp_path / "course")
+    shutil.copytree(tmp_path / "submissions" / "ada", tmp_path / "submissions" / NEWCOMER)
+    return Course(tmp_path / "course"), tmp_path / "submissions"
+
+
+class BrokenSandbox(Sandbox):
+    """A sandbox whose runner starts numbered in `broken` (1, 2, ...) fail as `how` says."""
+
+    def __init__(self, how: str, broken: set[int]):
+        self.how, self.broken, self.starts = how, set(), 0
+        super().__init__()  # its start-up probe is not counted
+        self.broken = broken
+
+    def command(self, command, job):
+        full = super().command(command, job)
+        if not self.broken:
+            return full
+        self.starts += 1
+        if self.starts not in self.broken:
+            return full
+        if self.how == "hide the job":  # e.g. a private /tmp over a job folder inside /tmp
+            at = full.index("--chdir")
+            return [*full[:at], "--tmpfs", str(job), *full[at:]]
+        return ["bwrap", "--no-such-option"]  # bubblewrap itself fails to set up
+
+
+def newcomer_outcomes(outcomes):
+    return [o for o in outcomes if o.task.student == NEWCOMER]
+
+
+@pytest.mark.parametrize("how", ["hide the job", "bwrap fails"])
+def test_a_runner_that_cannot_start_is_a_grader_error_graded_by_the_next_run(course_copy, how):
+    course, submissions = course_copy
+    before = recorded(course)
+    sandbox = BrokenSandbox(how, broken={1, 2})
+    outcomes = newcomer_outcomes(run_autograde(course, submissions, sandbox))
+    assert len(outcomes) == len(assignments())
+    assert all(o.grader_fault and "not graded: grader error" in o.problem for o in outcomes)
+    assert all("did not start its job" in o.problem for o in outcomes)
+    assert recorded(course) == before  # nothing recorded for the newcomer: no 0, no stamp
+    assert not list((course.results / NEWCOMER).glob("*.graded"))
+
+    regraded = newcomer_outcomes(run_autograde(course, submissions, sandbox))
+    assert [o.problem for o in regraded if o.problem] == []
+    after = recorded(course)
+    assert {a: after[(NEWCOMER, a)] for a in assignments()} == {
+        a: expected_scores(CLASS)[("ada", a)] for a in assignments()
+    }
+
+
+def test_a_runner_that_fails_to_start_once_is_started_again(course_copy):
+    course, submissions = course_copy
+    sandbox = BrokenSandbox("bwrap fails", broken={1})
+    outcomes = newcomer_outcomes(run_autograde(course, submissions, sandbox))
+    assert [o.problem for o in outcomes if o.problem] == []
+    assert (
+        recorded(course)[(NEWCOMER, assignments()[0])]
+        == expected_scores(CLASS)[("ada", assignments()[0])]
+    )
+
+
+def test_a_full_disk_in_the_course_folder_is_a_grader_error_graded_by_the_next_run(
+    clean, course_copy, tmp_path
+):
+    course, submissions = course_copy
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)]).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        shutil.copytree(course.root, disk / "course")
+        small = Course(disk / "course")
+        filler = disk / "filler"
+        with filler.open("wb", buffering=0) as handle, contextlib.suppress(OSError):
+            while handle.write(bytes(4096)):  # until the disk is full
+                pass
+        done = _cli("autograde", "--course", small.root, submissions, "--seed", SEED)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "not graded: grader error" in done.stdout
+        assert not list((small.results / NEWCOMER).glob("*.graded"))
+        filler.unlink()
+        regraded = run_autograde(small, submissions, clean[2])
+        assert [o.problem for o in regraded if o.problem] == []
+        assert (
+            recorded(small)[(NEWCOMER, assignments()[0])]
+            == expected_scores(CLASS)[("ada", assignments()[0])]
+        )
+    finally:
+        subprocess.run(["umount", "-l", str(disk)])
+
+
+def _cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "grader", *map(str, args)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_second_run_on_the_same_course_is_refused(course_copy):
+    course, submissions = course_copy
+    with course.lock(), pytest.raises(CourseBusy, match="another `grader autograde`"):
+        run_autograde(course, submissions, None)
+
+
+def _damage(gradebook: Path, how: str) -> None:
+    if how == "deleted":
+        gradebook.unlink()
+    elif how == "zero bytes":
+        gradebook.write_bytes(b"")
+    else:
+        gradebook.write_bytes(b"not a database" * 100)
+
+
+@pytest.mark.parametrize("how", ["deleted", "zero bytes", "overwritten"])
+def test_a_lost_gradebook_is_refused_and_never_recreated(course_copy, how, tmp_path):
+    course, submissions = course_copy
+    _damage(course.gradebook, how)
+    state = course.gradebook.read_bytes() if course.gradebook.exists() else None
+    with pytest.raises(GradebookLost, match="--force") as refused:
+        run_autograde(course, submissions, None)
+    assert str(course.gradebook) in str(refused.value)
+    assert cli(["export", "--course", str(course.root), "--csv", str(tmp_path / "g.csv")]) == 2
+    assert not (tmp_path / "g.csv").exists()
+    assert (course.gradebook.read_bytes() if course.gradebook.exists() else None) == state
+
+
+def test_force_grades_everything_into_a_new_gradebook_and_keeps_the_old_one(clean, course_copy):
+    course, submissions = course_copy
+    _, scores, _ = clean
+    _damage(course.gradebook, "overwritten")
+    sandbox = Sandbox()
+    outcomes = run_autograde(course, submissions, sandbox, force=True, students=["zed"])
+    assert [o.problem for o in outcomes if o.problem] == []
+    assert not any(o.skipped for o in outcomes)
+    assert recorded(course) == {k: v for k, v in scores.items() if k[0] == "zed"}
+    assert [p.read_bytes() for p in course.root.glob("gradebook.db.lost-*")] == [
+        b"not a database" * 100
+    ]
+
+
+# Signals: sent at seeded random moments of a real `grader autograde`, counted in the progress
+# lines it writes (one per recorded notebook): 0 lines is while grading, more is while recording.
+STOP_STUDENTS = ["ada", "zed"]  # one whose runner is killed once, to be started again
+STOPS = [
+    ("SIGTERM", False),
+    ("SIGINT", True),  # Ctrl-C in a terminal: to the whole process group
+    ("SIGHUP", False),
+    ("SIGKILL", False),
+]
+
+
+def _descendants(pid: int) -> set[tuple[int, str]]:
+    """(pid, start time) of every process below `pid`, sandboxed ones included."""
+    children: dict[int, list[tuple[int, str]]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append((int(entry.name), fields[19]))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child[0])
+    return found
+
+
+def _alive(process: tuple[int, str]) -> bool:
+    try:
+        stat = Path(f"/proc/{process[0]}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return stat[19] == process[1] and stat[0] != "Z"
+
+
+@pytest.mark.parametrize(("name", "to_group"), STOPS)
+def test_a_stop_at_a_random_moment_loses_nothing_and_leaves_nothing(
+    clean, tmp_path, name, to_group
+):
+    root, scores, sandbox = clean
+    rng = random.Random(f"{SEED}-{name}")
+    after_lines, delay = rng.randrange(0, 4), rng.uniform(0, 0.5)
+    shutil.copytree(root / "prepared", tmp_path / "course")
+    course = Course(tmp_path / "course")
+    command = [sys.executable, "-m", "grader", "autograde", "--course", str(course.root)]
+    command += [str(root / "submissions"), "--seed", str(SEED), "--timeout", "10"]
+    command += [f"--student={s}" for s in STOP_STUDENTS]
+    grader = subprocess.Popen(
+        command,
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    while not list(course.scratch.glob("grade-*")):  # grading has begun
+        assert grader.poll() is None, grader.communicate()
+        time.sleep(0.05)
+    lines = 0
+    while lines < after_lines and (line := grader.stderr.readline()):
+        lines += "notebooks" in line
+    time.sleep(delay)
+    ours = _descendants(grader.pid)
+    signum = signal.Signals[name]
+    sent = time.monotonic()
+    if to_group:
+        os.killpg(grader.pid, signum)
+    else:
+        grader.send_signal(signum)
+    grader.communicate(timeout=60)
+    status = grader.returncode
+    stopped_in = time.monotonic() - sent
+    assert status == (-signum if name == "SIGKILL" else 128 + signum), f"after {lines} lines"
+    assert stopped_in < 20
+    deadline = time.monotonic() + 10
+    while [p for p in ours if _alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [p for p in ours if _alive(p)] == []
+    if name != "SIGKILL":
+        assert not (course.scratch).exists()
+    if course.gradebook.exists():
+        with sqlite3.connect(course.gradebook) as db:
+            assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+    rerun = run_autograde(course, root / "submissions", sandbox, students=STOP_STUDENTS)
+    assert [o.problem for o in rerun if o.problem] == []
+    assert not course.scratch.exists()
+    assert recorded(course) == {k: v for k, v in scores.items() if k[0] in STOP_STUDENTS}
