@@ -387,3 +387,14 @@ def test_a_known_mistakes_verdict_on_each_hidden_check_does_not_depend_on_the_se
             if high >= FLIP_BAND[0] and low <= FLIP_BAND[1]:
                 unstable.append(f"{mistake.name} on '{check_.description}': {low:.2g}–{high:.2g}")
     assert unstable == [], "margins that let the seed decide the score: " + "; ".join(unstable)
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_a_check_leaves_torchs_random_stream_as_it_was(solutions, name):
+    """The notebook's later cells draw the same numbers whether or not a check ran before them."""
+    answer, source = solutions[name]
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    run(EXERCISES[name], answer, hidden=False, seed=0, source=source)
+    assert torch.equal(torch.rand(3), expected)

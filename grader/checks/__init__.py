@@ -15,6 +15,8 @@ import linecache
 import os
 from typing import Any
 
+import torch
+
 from grader.checks import batch_norm, layer_norm, placement, sequences
 from grader.checks.core import Exercise, Verdict, judge, plan
 from grader.checks.integrity import forbidden_uses, integrity_message
@@ -49,15 +51,18 @@ def source_of(answer: Any) -> str:
 
 
 def run(exercise: Exercise, answer: Any, *, hidden: bool, seed: int, source: str) -> Verdict:
-    """Every selected check, run in this process (the student's own kernel or `grader check`)."""
+    """Every selected check, run in this process (the student's own kernel or `grader check`).
+    torch's global random state is left as it was: a check cell (which may build models) never
+    changes the random numbers the rest of the notebook draws."""
     planned = plan(exercise, hidden, seed)
     outputs, runtime = [], set()
-    for _, inputs in planned:
-        got, seen = call(exercise, answer, inputs)
-        outputs.append(got)
-        runtime |= seen
-    integrity = integrity_message(exercise, forbidden_uses(source, exercise), runtime)
-    return judge(exercise, planned, outputs, integrity)
+    with torch.random.fork_rng():  # the probes and the judge may build models
+        for _, inputs in planned:
+            got, seen = call(exercise, answer, inputs)
+            outputs.append(got)
+            runtime |= seen
+        integrity = integrity_message(exercise, forbidden_uses(source, exercise), runtime)
+        return judge(exercise, planned, outputs, integrity)
 
 
 def _autograding() -> bool:
