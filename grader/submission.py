@@ -22,10 +22,11 @@ import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from pathlib import Path, PurePath
+from pathlib import Path
 
 import numpy as np
 
+from grader import record
 from grader.checks import EXERCISES
 from grader.checks.core import Outputs, StudentError, Verdict, judge, plan
 from grader.checks.integrity import forbidden_uses, integrity_message
@@ -38,10 +39,8 @@ from grader.notebook import (
     source_notebook,
 )
 from grader.sandbox import Sandbox, runner_env
-from grader.untrusted import read_below, write_replacing
+from grader.untrusted import write_replacing
 
-MAX_RECORD_BYTES = 1 << 20
-MAX_ARRAYS_BYTES = 64 << 20  # the runner cannot write more (Limits.file_mb)
 TAIL_CHARS = 300  # of a failed runner's stderr, to name the cause
 
 
@@ -128,23 +127,32 @@ def _write_inputs(job: Path, name: str, planned) -> None:
         np.savez(folder / f"{i}.npz", **inputs)
 
 
-def _read_outputs(job: Path, name: str, cases: int) -> tuple[list[Outputs], set[str]]:
+def _read_outputs(job: Path, name: str, cases: int, seal: str) -> tuple[list[Outputs], set[str]]:
     """The runner's record for one exercise, trusting nothing but its shape (the job folder is
-    the student's: no link, FIFO or oversized file in it is followed, waited on or loaded)."""
+    the student's: no link, FIFO or oversized file in it is followed, waited on or loaded), and
+    only if it is the record the runner sealed when the exercise finished."""
     try:
-        record = json.loads(read_below(job, PurePath("out", f"{name}.json"), MAX_RECORD_BYTES))
-        assert isinstance(record, dict)
+        meta, npz = record.read(job, name)
     except FileNotFoundError:
         return _crashed(name, cases)
-    except (OSError, ValueError, AssertionError):  # Refused, bad JSON or UTF-8
+    except OSError:  # Refused: a link, a special or oversized file
         error = StudentError("crash", f"`{name}` left a result that is not the runner's.")
         return [error] * cases, set()
-    if "load_error" in record:
-        kind, message = record["load_error"]
-        return [StudentError(str(kind), str(message))] * cases, set()
-    errors = record.get("errors", {})
+    if record.digest(meta, npz) != seal:
+        error = StudentError("crash", f"`{name}`'s result was written by other code than its own.")
+        return [error] * cases, set()
     try:
-        arrays = _plain_arrays(read_below(job, PurePath("out", f"{name}.npz"), MAX_ARRAYS_BYTES))
+        record_ = json.loads(meta)
+        assert isinstance(record_, dict)
+    except (ValueError, AssertionError):  # bad JSON or UTF-8
+        error = StudentError("crash", f"`{name}` left a result that is not the runner's.")
+        return [error] * cases, set()
+    if "load_error" in record_:
+        kind, message = record_["load_error"]
+        return [StudentError(str(kind), str(message))] * cases, set()
+    errors = record_.get("errors", {})
+    try:
+        arrays = _plain_arrays(npz)
     except (OSError, ValueError, MemoryError, zipfile.BadZipFile):  # MemoryError: a forged shape
         error = StudentError("crash", f"`{name}` left a result that is not plain arrays.")
         return [error] * cases, set()
@@ -156,7 +164,7 @@ def _read_outputs(job: Path, name: str, cases: int) -> tuple[list[Outputs], set[
         else:
             prefix = f"{i}/"
             outputs.append({k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)})
-    return outputs, {str(c) for c in record.get("calls", [])}
+    return outputs, {str(c) for c in record_.get("calls", [])}
 
 
 def _plain_arrays(npz: bytes) -> dict[str, np.ndarray]:
@@ -170,11 +178,13 @@ def _plain_arrays(npz: bytes) -> dict[str, np.ndarray]:
         return {key: data[key] for key in data.files}
 
 
-def run_job(job: Path, limits: Limits, sandbox: Sandbox | None, cases: int) -> list[str]:
+def run_job(
+    job: Path, limits: Limits, sandbox: Sandbox | None, cases: int
+) -> list[tuple[str, str | None]]:
     """Start the runner on `job` (in the sandbox, if any) and wait, killing it if it overruns;
-    returns the exercises it started, in order, each with whether it finished (its record is
-    complete; one that did not took the runner down). Raises GraderFault when it failed before any
-    student code ran, or said it could not keep its records."""
+    returns the exercises it started, in order, each with the seal of its record when it
+    finished (None: it took the runner down, so its record is not believed). Raises GraderFault
+    when it failed before any student code ran, or said it could not keep its records."""
     if RUNNERS.stopping.is_set():
         raise Stopped("the grader was stopped")
     timeout = limits.wall_seconds * max(cases, 1) + 60
@@ -185,13 +195,13 @@ def run_job(job: Path, limits: Limits, sandbox: Sandbox | None, cases: int) -> l
     lines = [line.partition(" ") for line in out.splitlines()]
     faults = [rest for word, _, rest in lines if word == "fault"]
     started = [rest for word, _, rest in lines if word == "started"]
-    done = {rest for word, _, rest in lines if word == "done"}
+    seals = dict(rest.partition(" ")[::2] for word, _, rest in lines if word == "done")
     if faults:
         raise GraderFault(faults[0])
     if not started:  # no student code ran: whatever stopped it was not the student's doing
         last = err.strip().splitlines()[-1:] or ["no message"]
         raise GraderFault(f"the runner did not start its job ({last[0][:TAIL_CHARS]})")
-    return [(name, name in done) for name in started]
+    return [(name, seals.get(name)) for name in started]
 
 
 def _run(command: list[str], job: Path, timeout: float) -> tuple[str, str]:
@@ -330,8 +340,8 @@ def _run_in_fresh_job(specs: list[dict], plans: dict, limits: Limits, sandbox, s
         started = run_job(job, limits, sandbox, len(specs))
         cases = {s["name"]: s["cases"] for s in specs}
         return [
-            (n, *(_read_outputs(job, n, cases[n]) if done else _crashed(n, cases[n])))
-            for n, done in started
+            (n, *(_read_outputs(job, n, cases[n], seal) if seal else _crashed(n, cases[n])))
+            for n, seal in started
         ]
 
 

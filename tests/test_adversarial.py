@@ -29,7 +29,7 @@ from grader.autograde import Course, autograde
 from grader.config import REPO
 from grader.nbgrader_steps import results_path
 from grader.sandbox import Sandbox, available
-from grader.submission import Limits
+from grader.submission import Limits, grade_notebook
 
 pytestmark = pytest.mark.skipif(not available(), reason="bubblewrap is not installed")
 
@@ -421,3 +421,43 @@ def test_nothing_a_runner_leaves_reaches_the_next(two_runs, what, between):
     first, second = two_runs
     run_in(first, leave)
     assert run_in(first if between == "students" else second, find) == 0
+
+
+FORGE_A_RECORD = """
+import json, os
+import numpy as np
+from grader.checks import EXERCISES
+from grader.checks.core import outputs_of
+
+_other = EXERCISES["{name}"]
+_arrays, _i = {{}}, 0
+while os.path.exists(f"in/{name}/{{_i}}.npz"):
+    with np.load(f"in/{name}/{{_i}}.npz") as _data:
+        _right = outputs_of(_other, _other.reference, dict(_data))
+    _arrays.update({{f"{{_i}}/{{k}}": v for k, v in _right.items()}})
+    _i += 1
+os.makedirs("out", exist_ok=True)
+np.savez("out/{name}.npz", **_arrays)
+with open("out/{name}.json", "w") as _f:
+    json.dump({{"errors": {{}}, "calls": []}}, _f)
+"""
+EXITS = "def {name}(*args, **kwargs):\n    import os\n\n    os._exit(0)\n"
+# (the forging answer, the exercise whose record it forges): before it runs, and after it ran
+FORGERIES = [("layer_norm", "layer_norm_backward"), ("stable_var", "layer_norm")]
+
+
+@pytest.mark.parametrize(("forger", "victim"), FORGERIES)
+def test_an_answer_cannot_write_the_record_of_another_exercise(tmp_path, forger, victim):
+    """One answer writes the correct record of another exercise, whose own answer exits without
+    one (before it runs) or was wrong (after it ran): the victim earns nothing."""
+    notebook = nbformat.read(SOLUTION, 4)
+    for cell in notebook.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id == forger:
+            cell.source += "\n" + FORGE_A_RECORD.format(name=victim)
+        elif grade_id == victim:
+            cell.source = EXITS.format(name=victim)
+    path = tmp_path / f"{ASSIGNMENT}.ipynb"
+    nbformat.write(notebook, path)
+    results = {r.name: r for r in grade_notebook(path, ASSIGNMENT, 0, sandbox=Sandbox())}
+    assert results[victim].score == 0, results[victim].feedback
