@@ -135,8 +135,10 @@ def _read_outputs(job: Path, name: str, cases: int, seal: str) -> tuple[list[Out
         meta, npz = record.read(job, name)
     except FileNotFoundError:
         return _crashed(name, cases)
-    except OSError:  # Refused: a link, a special or oversized file
-        error = StudentError("crash", f"`{name}` left a result that is not the runner's.")
+    except (OSError, ValueError):  # Refused: a link, a special or oversized file
+        error = StudentError(
+            "crash", f"`{name}` left a result that is not plain arrays (a link, a special file)."
+        )
         return [error] * cases, set()
     if record.digest(meta, npz) != seal:
         error = StudentError("crash", f"`{name}`'s result was written by other code than its own.")
