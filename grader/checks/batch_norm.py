@@ -279,6 +279,10 @@ BATCH_NORM = Exercise(
                 lambda rng: _bn_steps(rng, (4, 5), steps=4, affine=True, momentum=0.3),
                 points=2,
                 hidden=True,
+                # four steps of float32 running statistics: a correct answer's rounding reaches
+                # 7e-6 on some CPUs; storing the wrong variance moves them by a third
+                rtol=1e-4,
+                atol=1e-4,
             ),
             points=0.5,
         ),
