@@ -13,8 +13,9 @@ same uid can neither ptrace it nor write its memory to make it speak):
 - `ready`: the job was read and the warm-up done, before any student code ran. A runner that
   never says it failed for the grader's reasons (it could not start or read its job);
 - `started <exercise>`: student code is about to run, so a death from here on is the answer's;
-- `done <exercise>`: its record is complete. A record without `done` is not believed: the
-  runner died while the answer ran (the answer's crash), whatever the answer wrote;
+- `done <exercise> <digest>`: its record is complete, and sealed by its digest (grader.record):
+  a record without `done`, or whose digest differs, is not believed (the runner died while the
+  answer ran, or another answer wrote it);
 - `fault <reason>`: the runner could not keep its own records (e.g. the disk is full), which
   is not the answer's doing either.
 """
@@ -89,9 +90,10 @@ def _silence() -> None:
     os.dup2(devnull, 2)
 
 
-def _record(out: Path, name: str, arrays: dict, meta: dict) -> None:
-    np.savez(out / f"{name}.npz", **arrays)
-    (out / f"{name}.json").write_text(json.dumps(meta))
+def _record(job: Path, name: str, arrays: dict, meta: dict) -> None:
+    meta_path, arrays_path = record.paths(name)
+    np.savez(job / arrays_path, **arrays)
+    (job / meta_path).write_text(json.dumps(meta))
 
 
 def _kill_leftovers(pid: int) -> None:
@@ -114,7 +116,7 @@ def _kill_leftovers(pid: int) -> None:
 
 def run_exercise(spec: dict, job: Path) -> None:
     """In the forked child: load the answer, run every check's probe, record, exit."""
-    name, out = spec["name"], job / "out"
+    name = spec["name"]
     exercise = EXERCISES[name]
     arrays, meta = {}, {"errors": {}, "calls": []}
     try:
@@ -133,7 +135,7 @@ def run_exercise(spec: dict, job: Path) -> None:
         meta["calls"] = sorted(calls)
     except BaseException as error:  # SystemExit and KeyboardInterrupt too: the answer's, not ours
         meta["load_error"] = [type(error).__name__, str(error)[:300]]
-    _record(out, name, arrays, meta)
+    _record(job, name, arrays, meta)
 
 
 def supervise(spec: dict, job: Path, limits: dict, ours: set[Path]) -> None:
@@ -164,7 +166,7 @@ def supervise(spec: dict, job: Path, limits: dict, ours: set[Path]) -> None:
         reason = f"`{spec['name']}` did not finish within {limits['wall_seconds']} s (timeout)."
         return _record_failure(job, spec["name"], "timeout", reason, ours)
     _kill_leftovers(pid)
-    if not (job / "out" / f"{spec['name']}.json").exists():
+    if not (job / record.paths(spec["name"])[0]).exists():
         how = f"signal {-status}" if os.WIFSIGNALED(status) else f"exit {os.WEXITSTATUS(status)}"
         reason = f"`{spec['name']}` crashed the Python process ({how}), e.g. os._exit or memory."
         _record_failure(job, spec["name"], "crash", reason, ours)
@@ -181,7 +183,7 @@ def _record_failure(job: Path, name: str, kind: str, reason: str, ours: set[Path
             f"the disk holding the job is full ({free.f_bavail * free.f_frsize // MB} MB free)"
         )
     try:
-        _record(job / "out", name, {}, {"load_error": [kind, reason]})
+        _record(job, name, {}, {"load_error": [kind, reason]})
     except OSError as error:
         if error.errno in DISK_FAULTS:
             raise RunnerFault(f"the runner could not write its record ({error})") from None

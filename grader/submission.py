@@ -144,15 +144,15 @@ def _read_outputs(job: Path, name: str, cases: int, seal: str) -> tuple[list[Out
         error = StudentError("crash", f"`{name}`'s result was written by other code than its own.")
         return [error] * cases, set()
     try:
-        record_ = json.loads(meta)
-        assert isinstance(record_, dict)
+        fields = json.loads(meta)
+        assert isinstance(fields, dict)
     except (ValueError, AssertionError):  # bad JSON or UTF-8
         error = StudentError("crash", f"`{name}` left a result that is not the runner's.")
         return [error] * cases, set()
-    if "load_error" in record_:
-        kind, message = record_["load_error"]
+    if "load_error" in fields:
+        kind, message = fields["load_error"]
         return [StudentError(str(kind), str(message))] * cases, set()
-    errors = record_.get("errors", {})
+    errors = fields.get("errors", {})
     try:
         arrays = _plain_arrays(npz)
     except (OSError, ValueError, MemoryError, zipfile.BadZipFile):  # MemoryError: a forged shape
@@ -166,7 +166,7 @@ def _read_outputs(job: Path, name: str, cases: int, seal: str) -> tuple[list[Out
         else:
             prefix = f"{i}/"
             outputs.append({k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)})
-    return outputs, {str(c) for c in record_.get("calls", [])}
+    return outputs, {str(c) for c in fields.get("calls", [])}
 
 
 def _plain_arrays(npz: bytes) -> dict[str, np.ndarray]:
