@@ -27,6 +27,7 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from nbgrader.utils import is_grade, is_solution
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
@@ -39,8 +40,8 @@ from common import (
     wait_for_quiet,
 )
 
-from grader.config import assignments, course_source, use_this_environment
-from grader.notebook import SETUP_ID
+from grader.config import SOLUTIONS, assignments, use_this_environment
+from grader.course import SETUP_ID, grade_id, notebook_path
 
 
 @dataclass
@@ -72,23 +73,20 @@ class Execution:
 
 def role_of(cell: nbformat.NotebookNode) -> str:
     """What grading needs: the locked imports, every answer cell, every test cell."""
-    meta = cell.metadata.get("nbgrader", {})
-    needed = meta.get("grade_id") == SETUP_ID or meta.get("solution") or meta.get("grade")
+    needed = grade_id(cell) == SETUP_ID or is_solution(cell) or is_grade(cell)
     return "graded" if needed else "experiment"
 
 
 def label_of(cell: nbformat.NotebookNode) -> str:
-    grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-    if grade_id:
-        return grade_id
+    if grade_id(cell):
+        return grade_id(cell)
     first = next((line for line in cell.source.splitlines() if line.strip()), "")
     return first[:40].replace("|", "\\|")
 
 
 def execute_notebook(assignment: str, timeout: int) -> Execution:
     """Run the solution notebook top to bottom, timing kernel start-up and each code cell."""
-    source = course_source() / assignment / f"{assignment}.ipynb"
-    notebook = nbformat.read(source, as_version=4)
+    notebook = nbformat.read(notebook_path(SOLUTIONS, assignment), as_version=4)
     run = Execution(load_before=load_1min())
     started: dict[int, float] = {}
 

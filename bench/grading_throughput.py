@@ -40,7 +40,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
-from nbgrader.api import Gradebook, MissingEntry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
@@ -51,13 +50,13 @@ from common import (
     progress,
 )
 
-from grader.autograde import Course, autograde, prepare
+from grader.autograde import autograde, prepare
 from grader.checks import EXERCISES
 from grader.checks.core import outputs_of, plan
 from grader.checks.probe import load_answer
-from grader.config import assignments, course_config, use_this_environment
+from grader.config import CELL_SECONDS, SEED_VARIABLE, assignments, use_this_environment
+from grader.course import Course, grade_id, notebook_path, tests_id
 from grader.demo import PROFILES, Profile, write_class
-from grader.nbgrader_steps import TEST_SUFFIX
 from grader.notebook import answer_source, exercises_of, setup_code, source_notebook
 from grader.sandbox import available as sandbox_available
 from grader.submission import grade_notebooks
@@ -68,8 +67,8 @@ except ImportError:  # pragma: no cover
     psutil = None
 
 SEED = 0  # stock nbgrader's grade() reads NORM_COURSE_SEED, default 0: ours must use the same
-# Ours gets per exercise the limit stock nbgrader has per cell (course_config's Execute.timeout).
-TIMEOUT_S = course_config().Execute.timeout
+# Ours gets per exercise the limit stock nbgrader has per cell.
+TIMEOUT_S = CELL_SECONDS
 BIN = Path(sys.executable).parent
 # The generated class: honest work, right or wrong, in a notebook nbgrader can execute as handed
 # in (not: nothing or invalid JSON, a dead or hung kernel, stripped metadata, deleted cells).
@@ -158,7 +157,7 @@ def measure(command: list[str], cwd: Path, env: dict[str, str]) -> Measured:
 def grading_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # nbgrader starts kernels by name
-    env["NORM_COURSE_SEED"] = str(SEED)
+    env[SEED_VARIABLE] = str(SEED)
     return env
 
 
@@ -299,23 +298,11 @@ def run_ours(submissions: Path, root: Path, jobs: int, sandboxed: bool) -> Measu
 Scores = dict[str, float | None]  # test cell -> autograded score (None: not autograded)
 
 
-def recorded_scores(db: Path, students: list[str]) -> dict[tuple[str, str], Scores | None]:
-    """Per student × notebook, the autograded score of each test cell; None if not recorded."""
-    table: dict[tuple[str, str], Scores | None] = {}
-    with Gradebook(f"sqlite:///{db}") as gradebook:
-        for student in students:
-            for assignment in assignments():
-                try:
-                    notebook = gradebook.find_submission_notebook(assignment, assignment, student)
-                except MissingEntry:
-                    table[(student, assignment)] = None
-                    continue
-                table[(student, assignment)] = {
-                    g.name.removesuffix(TEST_SUFFIX): g.auto_score
-                    for g in notebook.grades
-                    if g.name.endswith(TEST_SUFFIX)
-                }
-    return table
+def recorded_scores(root: Path, students: list[str]) -> dict[tuple[str, str], Scores | None]:
+    """Per student × notebook of the course at `root`, the autograded score of each test cell;
+    None if not recorded."""
+    course = Course(root)
+    return {(s, a): course.cell_scores(s, a) for s in students for a in assignments()}
 
 
 def total(scores: Scores | None) -> str:
@@ -326,12 +313,12 @@ def total(scores: Scores | None) -> str:
 
 def stock_cell_output(root: Path, student: str, assignment: str, exercise: str) -> str:
     """Why stock nbgrader scored a test cell as it did: the cell's error, as its kernel left it."""
-    path = root / "autograded" / student / assignment / f"{assignment}.ipynb"
+    path = Course(root).autograded_notebook(student, assignment)
     if not path.is_file():
         return "no autograded notebook"
     notebook = nbformat.read(path, as_version=4)
     for cell in notebook.cells:
-        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == exercise + TEST_SUFFIX:
+        if grade_id(cell) == tests_id(exercise):
             for output in cell.get("outputs", []):
                 if output.output_type == "error":
                     return f"{output.ename}: {str(output.evalue)[:80]}".rstrip(": ")
@@ -426,7 +413,7 @@ def runner_startup_seconds() -> float:
 def one_student_seconds(work: Path, student: str) -> tuple[float, float]:
     """One correct student, unsandboxed, in this process: (grading only, grading + recording)."""
     submissions = write_class(work / "submissions", {student: PROFILES[student]})
-    tasks = [(submissions / student / a / f"{a}.ipynb", a) for a in assignments()]
+    tasks = [(notebook_path(submissions / student, a), a) for a in assignments()]
     start = time.perf_counter()
     grade_notebooks(tasks, SEED)
     graded = time.perf_counter() - start
@@ -609,10 +596,10 @@ def compare_scores(systems: list[SystemRuns], students: list[str]) -> list[str]:
     out = []
     stock = next((s for s in systems if s.name.startswith("stock")), None)
     ours = [s for s in systems if not s.name.startswith("stock")]
-    reference_scores = recorded_scores(ours[0].roots[0] / "gradebook.db", students)
+    reference_scores = recorded_scores(ours[0].roots[0], students)
     for system in ours:  # ours must agree with itself, run after run, sandboxed or not
         for root in system.roots:
-            if recorded_scores(root / "gradebook.db", students) != reference_scores:
+            if recorded_scores(root, students) != reference_scores:
                 out.append(f"- **{system.name} ({root.name}) differs from {ours[0].name}.**")
     if not out:
         out.append(
@@ -622,11 +609,9 @@ def compare_scores(systems: list[SystemRuns], students: list[str]) -> list[str]:
     if stock is None:
         return out
     for root in stock.roots[1:]:
-        if recorded_scores(root / "gradebook.db", students) != recorded_scores(
-            stock.roots[0] / "gradebook.db", students
-        ):
+        if recorded_scores(root, students) != recorded_scores(stock.roots[0], students):
             out.append(f"- **stock nbgrader's runs disagree with each other ({root.name}).**")
-    stock_scores = recorded_scores(stock.roots[0] / "gradebook.db", students)
+    stock_scores = recorded_scores(stock.roots[0], students)
     rows = score_differences(stock_scores, reference_scores, stock.roots[0], stock_errors(stock))
     same = len(reference_scores) - len(rows)
     out.append(
@@ -837,8 +822,8 @@ def report_generated(args: argparse.Namespace, work: Path, sandbox: bool) -> Non
             f"**Extrapolated** to {args.students} students: {stock_seconds:.0f} s "
             f"({stock_seconds / 60:.0f} min).\n"
         )
-        theirs = recorded_scores(stock.roots[0] / "gradebook.db", sorted(subset))
-        mine = recorded_scores(systems[0].roots[0] / "gradebook.db", sorted(subset))
+        theirs = recorded_scores(stock.roots[0], sorted(subset))
+        mine = recorded_scores(systems[0].roots[0], sorted(subset))
         rows = score_differences(theirs, mine, stock.roots[0], stock_errors(stock))
         print(
             f"Per-cell scores on that subset, stock vs {systems[0].name}: identical for "

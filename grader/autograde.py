@@ -17,57 +17,44 @@ while the course says it graded notebooks is refused (`GradebookLost`), never re
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import json
 import os
-import secrets
 import shutil
 import signal
-import sqlite3
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from contextlib import closing, contextmanager
-from dataclasses import asdict, dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
-from nbconvert.preprocessors import ClearMetadataPreprocessor
 from nbgrader.apps import NbGraderAPI
-from nbgrader.preprocessors import (
-    AssignLatePenalties,
-    CheckCellMetadata,
-    IgnorePattern,
-    LimitOutput,
-    SaveAutoGrades,
-)
 
-from grader.config import assignments, course_config, course_source, use_this_environment
+from grader.config import assignments, fresh_seed, use_this_environment
+from grader.course import (
+    Course,
+    Refused,
+    Results,
+    holds_data,
+    notebook_path,
+    write_atomically,
+)
 from grader.discovery import student_folders
-from grader.nbgrader_steps import InjectResults, results_path
-from grader.notebook import read_notebook, restore_metadata, source_notebook, submitted_bytes
+from grader.notebook import Submission, read_notebook
+from grader.notebook import fingerprint as notebook_fingerprint
 from grader.sandbox import Sandbox
 from grader.submission import (
     DEFAULT_LIMITS,
     RUNNERS,
     GraderFault,
     Limits,
-    grade_notebooks,
+    grade_submissions,
 )
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-class Refused(RuntimeError):
-    """The run cannot start; nothing was changed."""
-
-
-class CourseBusy(Refused):
-    pass
 
 
 class GradebookLost(Refused):
@@ -103,113 +90,10 @@ class Outcome:
     grader_fault: bool = False  # the problem is the grader's, not the submission's
 
 
-@dataclass
-class Course:
-    """A grading working directory: gradebook, staged submissions, results, feedback."""
-
-    root: Path
-    results: Path = field(init=False)
-    staged: Path = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.root = self.root.resolve()
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.results = self.root / "results"
-        self.staged = self.root / "submitted"
-        # The runners' job folders: this course's own, in the system's temporary folder (the
-        # sandbox shows a job at its own path, so a folder in the course would show the
-        # course's path), found again by the next run to remove what a killed one left.
-        tag = hashlib.sha256(str(self.root).encode()).hexdigest()[:16]
-        self.scratch = Path(tempfile.gettempdir()) / f"grader-scratch-{tag}"
-        self.gradebook = self.root / "gradebook.db"
-
-    @contextmanager
-    def lock(self) -> Iterator[None]:
-        """Hold the course for one run; the kernel releases it when the process dies, however."""
-        path = self.root / "autograde.lock"
-        with path.open("a") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise CourseBusy(
-                    f"another `grader autograde` is grading {self.root} (it holds {path}); "
-                    "wait for it to finish, or stop it"
-                ) from None
-            yield
-
-    def clean_scratch(self) -> None:
-        """Remove job folders a killed run left (students' code and hidden inputs)."""
-        shutil.rmtree(self.scratch, ignore_errors=True)
-        try:
-            self.scratch.mkdir(mode=0o700)
-        except OSError as error:
-            raise Refused(f"cannot make the scratch folder {self.scratch} ({error})") from None
-
-    def graded_stamps(self) -> list[Path]:
-        return sorted(self.results.glob("*/*.graded"))
-
-    def gradebook_problem(self) -> str:
-        """What is wrong with the gradebook given what this course has graded ('' if nothing):
-        missing, empty, unreadable, or without submissions the stamps say were recorded."""
-        stamps = self.graded_stamps()
-        if not stamps:
-            return ""
-        graded = f"{len(stamps)} notebooks were graded into it"
-        if not _holds_data(self.gradebook):
-            state = "missing" if not self.gradebook.exists() else "empty"
-            return f"{self.gradebook} is {state}, but {graded}"
-        try:  # mode=rw: never create it; a killed write's hot journal is rolled back
-            with closing(sqlite3.connect(f"file:{self.gradebook}?mode=rw", uri=True)) as db:
-                recorded = set(
-                    db.execute(
-                        "SELECT s.student_id, a.name FROM submitted_assignment s "
-                        "JOIN assignment a ON s.assignment_id = a.id"
-                    )
-                )
-        except sqlite3.DatabaseError as error:
-            return f"{self.gradebook} is unreadable ({error}), but {graded}"
-        lost = [p for p in stamps if (p.parent.name, p.stem) not in recorded]
-        if lost:
-            example = f"{lost[0].parent.name}/{lost[0].stem}"
-            return f"{self.gradebook} lacks {len(lost)} of the {graded} (e.g. {example})"
-        return ""
-
-    def start_new_gradebook(self) -> None:
-        """Set the old gradebook aside (never deleted) and forget every stamp, so that every
-        assignment is registered and every submission graded into a new one."""
-        if self.gradebook.exists():
-            aside = self.gradebook.with_name(f"gradebook.db.lost-{time.strftime('%Y%m%d-%H%M%S')}")
-            os.replace(self.gradebook, aside)
-        for stamp in [*self.graded_stamps(), *(self.root / "release").glob(".*.source-sha256")]:
-            stamp.unlink()
-
-    def api(self) -> NbGraderAPI:
-        config = course_config(root=self.root, release=self.root / "release")
-        config.CourseDirectory.submitted_directory = str(self.staged)
-        config.InjectResults.results_dir = str(self.results)
-        config.Autograde.autograde_preprocessors = [
-            InjectResults,
-            IgnorePattern,
-            ClearMetadataPreprocessor,
-            LimitOutput,
-            SaveAutoGrades,
-            AssignLatePenalties,
-            CheckCellMetadata,
-        ]
-        # Strip hidden-test markers wherever a student pasted them, instead of failing.
-        config.ClearHiddenTests.enforce_metadata = False
-        config.GenerateFeedback.preprocessors = [
-            "nbgrader.preprocessors.ClearHiddenTests",
-            "nbgrader.preprocessors.GetGrades",
-            "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
-        ]
-        return NbGraderAPI(config=config)
-
-
 def _tasks(submissions: Path, students: Iterable[str]) -> list[Task]:
     # Absolute: recording runs nbgrader, which changes the working directory while others grade.
     root = submissions.resolve()
-    return [Task(s, a, root / s / a / f"{a}.ipynb") for s in students for a in assignments()]
+    return [Task(s, a, notebook_path(root / s, a)) for s in students for a in assignments()]
 
 
 def discover(submissions: Path) -> list[Task]:
@@ -234,43 +118,19 @@ def lost(task: Task, course: Course) -> str:
     """Why a recorded notebook lost points without its answers being judged, in a few words
     ('' when every answer was judged): missing, unreadable, or which exercises crashed, timed
     out or have no answer cell. The student's doing: graded 0 there, and the feedback says why."""
-    stored = json.loads(results_path(course.results, task.student, task.assignment).read_text())
+    results = Results.load(course.results_file(task.student, task.assignment))
+    if results.problem:  # no notebook to judge: "is missing", "is not a readable notebook (…)"
+        return results.problem.removeprefix(f"{task.submission.name} ")
     by_cause: dict[str, list[str]] = {}
-    for exercise in stored["exercises"]:
-        if exercise.get("cause"):
-            by_cause.setdefault(exercise["cause"], []).append(exercise["name"])
-    if list(by_cause) == ["missing"] and len(by_cause["missing"]) == len(stored["exercises"]):
-        try:  # no answer at all: is there a notebook?
-            read_notebook(task.submission)
-        except ValueError as error:  # "is missing", "is not a readable notebook (…)", a link
-            return str(error).removeprefix(f"{task.submission.name} ")
+    for exercise in results.exercises:
+        if exercise.cause:
+            by_cause.setdefault(exercise.cause, []).append(exercise.name)
     return "; ".join(f"{UNJUDGED[c]}: {', '.join(names)}" for c, names in by_cause.items())
 
 
-def fingerprint(task: Task) -> str:
-    """The submission's content hash, and the solutions', so a changed answer key regrades."""
-    digest = hashlib.sha256()
-    try:
-        digest.update(submitted_bytes(task.submission))
-    except (OSError, ValueError) as error:  # missing or refused: graded as such, stably
-        digest.update(f"<{type(error).__name__}: {error}>".encode())
-    digest.update((course_source() / task.assignment / f"{task.assignment}.ipynb").read_bytes())
-    return digest.hexdigest()
-
-
-def _stamp(course: Course, task: Task) -> Path:
-    return course.results / task.student / f"{task.assignment}.graded"
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(path.suffix + ".partial")
-    partial.write_text(text)
-    os.replace(partial, path)
-
-
-def _holds_data(path: Path) -> bool:
-    return path.is_file() and path.stat().st_size > 0
+def fingerprint(task: Task, course: Course) -> str:
+    """The submission's content hash, and its source's, so a changed answer key regrades."""
+    return notebook_fingerprint(task.submission, course.source_notebook(task.assignment))
 
 
 def prepare(course: Course) -> None:
@@ -279,62 +139,54 @@ def prepare(course: Course) -> None:
     api = course.api()
     for assignment in assignments():
         _stop_point()
-        source = course_source() / assignment / f"{assignment}.ipynb"
-        stamp = course.root / "release" / f".{assignment}.source-sha256"
-        digest = hashlib.sha256(source.read_bytes()).hexdigest()
-        if stamp.is_file() and stamp.read_text() == digest and _holds_data(course.gradebook):
+        stamp = course.source_stamp(assignment)
+        digest = hashlib.sha256(course.source_notebook(assignment).read_bytes()).hexdigest()
+        if stamp.is_file() and stamp.read_text() == digest and holds_data(course.gradebook):
             continue
         result = api.generate_assignment(assignment, force=True, create=True)
         if not result["success"]:
             detail = result.get("error") or result.get("log")
             raise RuntimeError(f"nbgrader could not register {assignment}: {detail}")
-        _write_atomically(stamp, digest)
+        write_atomically(stamp, digest)
 
 
-def grade(tasks: list[Task], course: Course, seed: int, limits: Limits, sandbox) -> list[str]:
-    """Phase 1 (any thread): grade one student's notebooks together and store each result;
-    returns the fingerprints graded, in the order of `tasks`."""
-    digests = [fingerprint(t) for t in tasks]
-    notebooks = [(t.submission, t.assignment) for t in tasks]
-    graded = grade_notebooks(notebooks, seed, limits, sandbox, scratch=course.scratch)
-    for task, digest, exercises in zip(tasks, digests, graded, strict=True):
-        record = {"fingerprint": digest, "exercises": [asdict(e) for e in exercises]}
-        path = results_path(course.results, task.student, task.assignment)
+def grade(
+    tasks: list[Task], course: Course, seed: int, limits: Limits, sandbox
+) -> list[Submission]:
+    """Phase 1 (any thread): read and grade one student's notebooks together and store each
+    result; returns the submissions as read, for phase 2 to record, in the order of `tasks`."""
+    submissions = [Submission.read(t.submission, t.assignment, course.source) for t in tasks]
+    graded = grade_submissions(submissions, seed, limits, sandbox, scratch=course.scratch)
+    for task, submission, exercises in zip(tasks, submissions, graded, strict=True):
+        path = course.results_file(task.student, task.assignment)
         try:
-            _write_atomically(path, json.dumps(record))
+            Results(exercises, submission.fingerprint, submission.problem).save(path)
         except OSError as error:
             raise GraderFault(f"could not store the result in {path.parent} ({error})") from None
-    return digests
+    return submissions
 
 
-def _stage(course: Course, task: Task) -> None:
-    """What nbgrader reads: the submission with any stripped nbgrader tags restored, or the
-    release stub when there is nothing readable (so the record says 0, not 'needs grading')."""
-    target = course.staged / task.student / task.assignment / f"{task.assignment}.ipynb"
+def _stage(course: Course, task: Task, submission: Submission) -> None:
+    """What nbgrader reads: the submission as graded (see Submission.recorded), or the release
+    stub when there is nothing readable (so the record says 0, not 'needs grading')."""
+    target = course.staged_notebook(task.student, task.assignment)
     target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        notebook = read_notebook(task.submission)
-    except ValueError:
-        notebook = read_notebook(course.root / "release" / task.assignment / target.name)
-    restore_metadata(notebook, source_notebook(task.assignment))
+    notebook = submission.recorded
+    if notebook is None:
+        notebook = read_notebook(course.released_notebook(task.assignment))
     nbformat.write(notebook, target)
 
 
-def record(task: Task, course: Course, api: NbGraderAPI, digest: str) -> Outcome:
+def record(task: Task, course: Course, api: NbGraderAPI, submission: Submission) -> Outcome:
     """Phase 2 (main thread only): nbgrader autograde with the trusted results, then stamp."""
-    _stage(course, task)
+    _stage(course, task, submission)
     result = api.autograde(task.assignment, task.student, force=True, create=True)
     if not result["success"]:
         tail = (result.get("error") or result.get("log") or "").strip().splitlines()[-1:]
         return Outcome(task, problem=f"nbgrader could not record it: {' '.join(tail)}")
-    _write_atomically(_stamp(course, task), digest)
-    stored = json.loads(results_path(course.results, task.student, task.assignment).read_text())
-    exercises = stored["exercises"]
-    return Outcome(
-        task,
-        score=sum(e["score"] for e in exercises),
-        max_score=sum(e["max_score"] for e in exercises),
-    )
+    write_atomically(course.stamp(task.student, task.assignment), submission.fingerprint)
+    results = Results.load(course.results_file(task.student, task.assignment))
+    return Outcome(task, score=results.score, max_score=results.max_score)
 
 
 class Progress:
@@ -400,16 +252,15 @@ def autograde(
         course.clean_scratch()
         try:
             prepare(course)
-            seed = secrets.randbits(31) if seed is None else seed  # hidden inputs vary per run
+            seed = fresh_seed() if seed is None else seed
             outcomes, todo = refused(submissions), []
             for task in discover(submissions):
                 if (students and task.student not in students) or (
                     notebooks and task.assignment not in notebooks
                 ):
                     continue
-                unchanged = _stamp(course, task).is_file() and (
-                    _stamp(course, task).read_text() == fingerprint(task)
-                )
+                stamp = course.stamp(task.student, task.assignment)
+                unchanged = stamp.is_file() and stamp.read_text() == fingerprint(task, course)
                 if unchanged and not force:
                     outcomes.append(Outcome(task, skipped=True))
                 else:
@@ -457,18 +308,18 @@ class _Run:
 def _record_all(tasks: list[Task], future, course: Course, api: NbGraderAPI) -> list[Outcome]:
     """Record each of one student's graded notebooks; a failure is that notebook's alone."""
     try:
-        digests = future.result()
+        submissions = future.result()
     except GraderFault as fault:  # never a grade: not recorded, not stamped, graded next run
         problem = f"not graded: grader error: {fault}"
         return [Outcome(t, problem=problem, grader_fault=True) for t in tasks]
     except Exception as error:  # one broken submission never stops the batch
         return [Outcome(t, problem=f"{type(error).__name__}: {error}") for t in tasks]
     outcomes = []
-    for task, digest in zip(tasks, digests, strict=True):
+    for task, submission in zip(tasks, submissions, strict=True):
         if RUNNERS.stopping.is_set():  # the rest is graded again by the next run
             break
         try:
-            outcomes.append(record(task, course, api, digest))
+            outcomes.append(record(task, course, api, submission))
         except Exception as error:
             outcomes.append(Outcome(task, problem=f"{type(error).__name__}: {error}"))
     return outcomes
@@ -505,7 +356,3 @@ def _stop_on_signals() -> Iterator[None]:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-
-
-def students(outcomes: Iterable[Outcome]) -> list[str]:
-    return sorted({o.task.student for o in outcomes})

@@ -10,19 +10,17 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from grader.config import EXERCISE_SECONDS, REPO
+from grader.config import DEMO_EXERCISE_SECONDS, EXERCISE_SECONDS, REPO, SANDBOX_PROCESSES
 
 DEFAULT_COURSE = Path("course")
-DEMO_TIMEOUT = 15.0  # seconds: the sample class's looping student waits this long per exercise
-SANDBOX_PROCESSES = 64  # per sandbox uid: processes and threads a student's code may hold
 
 
 def _release(args: argparse.Namespace) -> int:
-    _use_source(args)  # an installed grader has no solutions/ to release from
+    source = _source(args)  # an installed grader has no solutions/ to release from
     from grader.release import generate, stale_files
 
     if args.check:
-        stale = stale_files()
+        stale = stale_files(source=source)
         if stale:
             print(
                 "notebooks/ is stale; run `grader release` and commit.",
@@ -33,7 +31,7 @@ def _release(args: argparse.Namespace) -> int:
             return 1
         print("notebooks/ matches solutions/.")
         return 0
-    generate()
+    generate(source=source)
     print("Regenerated notebooks/ from solutions/.")
     return 0
 
@@ -42,20 +40,21 @@ class UsageError(Exception):
     """Bad input, found before anything is created: one line, exit status 2."""
 
 
-def _use_source(args: argparse.Namespace) -> None:
-    """Work from --source (default: the checkout's solutions/); refused (UsageError) when it
-    does not hold this course's source notebooks."""
-    from grader.config import MissingSource, use_source
+def _source(args: argparse.Namespace) -> Path:
+    """The course source to work from: --source (default: the checkout's solutions/); refused
+    (UsageError) when it does not hold this course's source notebooks."""
+    from grader.course import MissingSource, checked_source
 
     try:
-        use_source(getattr(args, "source", None))
+        return checked_source(getattr(args, "source", None))
     except MissingSource as error:
         raise UsageError(str(error)) from None
 
 
-def _isolation(args: argparse.Namespace):
-    """The sandbox and limits to grade with; refuses (exit 2) when bubblewrap is missing unless
-    the instructor explicitly accepts running student code unsandboxed."""
+def _isolation(args: argparse.Namespace, source: Path):
+    """The sandbox (hiding the answer key `source`) and limits to grade with; refuses (exit 2)
+    when bubblewrap is missing unless the instructor explicitly accepts running student code
+    unsandboxed."""
     from grader.sandbox import Sandbox, SandboxUnavailable
     from grader.submission import Limits
 
@@ -63,7 +62,7 @@ def _isolation(args: argparse.Namespace):
     if args.unsafe_no_sandbox:
         return None, limits
     try:
-        sandbox = Sandbox()
+        sandbox = Sandbox(source)
     except SandboxUnavailable as error:
         raise UsageError(str(error)) from None
     return sandbox, Limits(wall_seconds=args.timeout, processes=SANDBOX_PROCESSES)
@@ -72,15 +71,16 @@ def _isolation(args: argparse.Namespace):
 def _autograde(args: argparse.Namespace) -> int:
     """Exit 0 when every notebook is graded and recorded, 1 when some are not (listed), 2 when
     the run is refused, 128 + N when stopped by signal N."""
-    from grader.autograde import Course, Interrupted, Refused, autograde
+    from grader.autograde import Interrupted, autograde
+    from grader.course import Course, Refused
     from grader.discovery import layout_problem
 
-    _use_source(args)
+    source = _source(args)
     problem = layout_problem(args.submissions, args.course)
     if problem:
         raise UsageError(problem)
-    sandbox, limits = _isolation(args)
-    course = Course(args.course)
+    sandbox, limits = _isolation(args, source)
+    course = Course(args.course, source)
     try:
         outcomes = autograde(
             args.submissions,
@@ -150,26 +150,25 @@ def _listing(title: str, items: list) -> None:
 
 def _graded_course(root: Path):
     """The course `grader autograde` made at `root`; anything else is refused, creating nothing."""
-    from grader.autograde import Course
+    from grader.course import Course, holds_data
 
-    gradebook = root / "gradebook.db"
-    if not gradebook.is_file() or gradebook.stat().st_size == 0:
+    course = Course(root)
+    if not holds_data(course.gradebook):
         raise UsageError(
-            f"{root} is not a graded course ({gradebook} is missing or empty): "
+            f"{root} is not a graded course ({course.gradebook} is missing or empty): "
             f"run `grader autograde SUBMISSIONS --course {root}` first"
         )
-    course = Course(root)
     problem = course.gradebook_problem()
     if problem:
         raise UsageError(f"{problem}: restore it, or run `grader autograde --force`")
     return course
 
 
-def _students(course: Path) -> list[str]:
+def _students(course) -> list[str]:
     """Every student with a recorded result; ids nbgrader would read as patterns are left out."""
     from grader.discovery import refusal
 
-    results = course / "results"
+    results = course.results
     found = [p.name for p in results.iterdir() if p.is_dir()] if results.is_dir() else []
     return sorted(name for name in found if not refusal(name))
 
@@ -178,7 +177,7 @@ def _feedback(args: argparse.Namespace) -> int:
     from grader.report import write_feedback
 
     course = _graded_course(args.course)
-    folder, problems = write_feedback(course, _students(args.course))
+    folder, problems = write_feedback(course, _students(course))
     for problem in problems:
         print(problem)
     print("Feedback written to", folder)
@@ -189,25 +188,26 @@ def _export(args: argparse.Namespace) -> int:
     from grader.report import write_csv
 
     course = _graded_course(args.course)
-    print("Grades written to", write_csv(course, _students(args.course), args.csv))
+    print("Grades written to", write_csv(course, _students(course), args.csv))
     return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from grader.autograde import Course, autograde
+    from grader.autograde import autograde
+    from grader.course import Course
     from grader.demo import PROFILES, write_class
     from grader.report import format_table, write_csv, write_feedback
     from grader.sandbox import available as sandbox_available
 
-    _use_source(args)
+    source = _source(args)
     out = args.out.resolve()
     submissions = write_class(out / "submissions")
-    course = Course(out / "course")
+    course = Course(out / "course", source)
     students = sorted(PROFILES)
     if not sandbox_available():  # the sample class is our own code: safe to run unsandboxed
         print("bubblewrap is not installed: grading the sample class without the sandbox.")
         args.unsafe_no_sandbox = True
-    sandbox, limits = _isolation(args)
+    sandbox, limits = _isolation(args, source)
     print(f"Grading a sample class of {len(students)} students ({submissions}) ...")
     outcomes = autograde(submissions, course, args.jobs, None, limits, sandbox)
     print()
@@ -223,7 +223,7 @@ def _demo(args: argparse.Namespace) -> int:
     for problem in problems:
         print(problem)
     print("Feedback:    ", folder)
-    print("Gradebook:   ", course.root / "gradebook.db")
+    print("Gradebook:   ", course.gradebook)
     return status
 
 
@@ -347,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "demo",
-        parents=[_grading_options(DEMO_TIMEOUT)],
+        parents=[_grading_options(DEMO_EXERCISE_SECONDS)],
         help="grade the bundled sample class end to end and show the results",
     )
     demo.add_argument(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 from pathlib import Path
 
@@ -15,10 +16,40 @@ REPO = Path(__file__).resolve().parents[1]
 # `grader check` reads its exercises and imports cell there. It holds no answers.
 _PACKAGED_RELEASE = Path(__file__).resolve().parent / "notebooks"
 RELEASE = _PACKAGED_RELEASE if _PACKAGED_RELEASE.is_dir() else REPO / "notebooks"
-_source = REPO / "solutions"
+# The course source graded against unless another is named (`--source`): a checkout's; an
+# installed wheel holds none.
+SOLUTIONS = REPO / "solutions"
 
+# --- time and resource limits, every one of them ----------------------------------------------
 # Seconds of wall-clock time one exercise may run while graded (`grader autograde --timeout`).
 EXERCISE_SECONDS = 60.0
+# The sample class's looping student waits this long per exercise (`grader demo --timeout`).
+DEMO_EXERCISE_SECONDS = 15.0
+# What a runner may take beyond its exercises' time (start-up, imports) before it is killed.
+RUNNER_GRACE_SECONDS = 60.0
+# Per exercise, in the runner's forked child (grader.submission.Limits).
+EXERCISE_MEMORY_MB = 3000  # torch needs ~1 GB of address space to import
+EXERCISE_CPU_SECONDS = 60
+EXERCISE_FILE_MB = 64
+# Per sandbox uid: processes and threads a student's code may hold.
+SANDBOX_PROCESSES = 64
+# Seconds nbgrader's own Execute may run one cell (`nbgrader autograde`, `nbgrader validate`).
+CELL_SECONDS = 60
+
+# --- the hidden inputs' seed --------------------------------------------------------------------
+# A test cell's `grade()` reads it when nbgrader executes the notebook itself (default 0).
+SEED_VARIABLE = "NORM_COURSE_SEED"
+
+
+def fresh_seed() -> int:
+    """A seed for one grading run: hidden inputs vary from run to run, so none can be learned."""
+    return secrets.randbits(31)
+
+
+def kernel_seed() -> int:
+    """The seed of a grading run inside a notebook's kernel (see SEED_VARIABLE)."""
+    return int(os.environ.get(SEED_VARIABLE, "0"))
+
 
 # torch and matplotlib write warnings to stderr, and nbgrader zeroes a test cell with any stderr.
 WARNINGS_ON_STDERR = r"(?m)^.*(Warning|warn\(|UserWarning|DeprecationWarning|FutureWarning).*$"
@@ -32,61 +63,31 @@ def use_this_environment() -> None:
         os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
-class MissingSource(ValueError):
-    """The course source to grade against (the answer key) is not where it was said to be."""
-
-
 def assignments(folder: Path = RELEASE) -> list[str]:
     """The assignments in `folder` (default: the student release), one per notebook:
     <assignment>/<assignment>.ipynb."""
     return sorted(p.parent.name for p in folder.glob("*/*.ipynb") if p.stem == p.parent.name)
 
 
-def use_source(folder: Path | None) -> Path:
-    """Grade against the course source in `folder` (None: the checkout's solutions/) from now on.
-
-    Raises MissingSource, in words an instructor can act on, unless the folder holds every
-    assignment's source notebook.
-    """
-    global _source
-    if folder is None and not _source.is_dir():
-        raise MissingSource(
-            "this installation holds no course source (the solution notebooks): run from a "
-            "checkout of the course, or name its solutions/ folder with --source PATH"
-        )
-    folder = (folder or _source).expanduser().resolve()
-    lacking = [f"{a}/{a}.ipynb" for a in assignments() if not (folder / a / f"{a}.ipynb").is_file()]
-    if lacking:
-        raise MissingSource(
-            f"{folder} is not this course's source: it lacks {', '.join(lacking)} "
-            "(name the folder holding the solution notebooks, solutions/ in a checkout)"
-        )
-    _source = folder
-    return folder
-
-
-def course_source() -> Path:
-    """The folder of nbgrader source notebooks (solutions and hidden tests) graded against: the
-    one given to `use_source`, else the checkout's solutions/."""
-    return _source
-
-
-def course_config(root: Path = REPO, db: Path | None = None, release: Path = RELEASE) -> Config:
-    """nbgrader settings for a course whose submissions live under `root`.
+def course_config(
+    root: Path = REPO, db: Path | None = None, release: Path = RELEASE, source: Path = SOLUTIONS
+) -> Config:
+    """nbgrader settings for a course whose submissions live under `root`, graded against the
+    notebooks in `source`.
 
     The gradebook defaults to `root/gradebook.db`: the grader's working directory, which the
     sandbox never mounts, so no student code can write it.
     """
     c = Config()
     c.CourseDirectory.root = str(root)
-    c.CourseDirectory.source_directory = str(course_source())
+    c.CourseDirectory.source_directory = str(source)
     c.CourseDirectory.release_directory = str(release)
     c.CourseDirectory.db_url = f"sqlite:///{db or root / 'gradebook.db'}"
     c.CourseDirectory.course_id = "normalization-course"
     c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
     # A student cannot choose the kernel that grades them: it is always this venv's python3.
     c.Execute.kernel_name = "python3"
-    c.Execute.timeout = 60  # seconds per cell
+    c.Execute.timeout = CELL_SECONDS
     c.OverwriteCells.add_missing_cells = True  # a deleted test cell is put back, not skipped
     c.IgnorePattern.enabled = True
     c.IgnorePattern.pattern = WARNINGS_ON_STDERR

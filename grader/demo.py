@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+from nbgrader.utils import is_solution
 
 from grader.checks import EXERCISES
 from grader.config import RELEASE, assignments
+from grader.course import SETUP_ID, answer_cell, grade_id, is_test_cell, notebook_path
 from grader.notebook import exercises_of, source_notebook
 
 Notebook = nbformat.NotebookNode
@@ -28,27 +30,15 @@ def _solution(a: str) -> Notebook:
     holding the solution's answer (never the hidden tests, which a student never sees)."""
     notebook = _release(a)
     source = source_notebook(a)
-    answers = {_grade_id(c): c.source for c in source.cells if _meta(c).get("solution")}
+    answers = {grade_id(c): c.source for c in source.cells if is_solution(c)}
     for cell in notebook.cells:
-        if _grade_id(cell) in answers:
-            cell.source = answers[_grade_id(cell)]
+        if grade_id(cell) in answers:
+            cell.source = answers[grade_id(cell)]
     return notebook
 
 
-def _meta(cell) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {})
-
-
-def _grade_id(cell) -> str:
-    return _meta(cell).get("grade_id", "")
-
-
 def _release(a: str) -> Notebook:
-    return nbformat.read(RELEASE / a / f"{a}.ipynb", as_version=4)
-
-
-def _answer_cell(nb: Notebook, name: str):
-    return next(c for c in nb.cells if _grade_id(c) == name)
+    return nbformat.read(notebook_path(RELEASE, a), as_version=4)
 
 
 def _first(a: str) -> str:
@@ -58,7 +48,7 @@ def _first(a: str) -> str:
 def _edit_first_answer(edit: Callable[[str, str], str]) -> Callable[[str], Notebook]:
     def build(a: str) -> Notebook:
         nb = _solution(a)
-        cell = _answer_cell(nb, _first(a))
+        cell = answer_cell(nb, _first(a))
         cell.source = edit(cell.source, _first(a))
         return nb
 
@@ -74,15 +64,9 @@ def _strip_metadata(a: str) -> Notebook:
     return nb
 
 
-def _is_test_cell(cell) -> bool:
-    return _grade_id(cell).endswith("_tests")
-
-
 def _delete_tests_and_imports(a: str) -> Notebook:
     nb = _solution(a)
-    nb.cells = [
-        c for c in nb.cells if not _is_test_cell(c) and "imports" not in str(c.get("metadata"))
-    ]
+    nb.cells = [c for c in nb.cells if not is_test_cell(c) and grade_id(c) != SETUP_ID]
     return nb
 
 
@@ -90,7 +74,7 @@ def _reorder_and_duplicate(a: str) -> Notebook:
     """Cells reversed; the first answer duplicated, a wrong copy above the right one (in Jupyter
     the cell run last wins, and so it does when grading)."""
     nb = _solution(a)
-    answer = _answer_cell(nb, _first(a))
+    answer = answer_cell(nb, _first(a))
     wrong = copy.deepcopy(answer)
     wrong.source = f"def {_first(a)}(*args, **kwargs):\n    return None\n"
     wrong.metadata = {}
@@ -102,7 +86,7 @@ def _reorder_and_duplicate(a: str) -> Notebook:
 def _edit_locked_tests(a: str) -> Notebook:
     nb = _solution(a)
     for cell in nb.cells:
-        if _is_test_cell(cell):
+        if is_test_cell(cell):
             cell.source = "print('all tests passed')\n10.0"
     return nb
 
@@ -137,7 +121,7 @@ def _mistake(
     def build(a: str) -> Notebook:
         nb = _solution(a)
         if a == assignment:
-            cell = _answer_cell(nb, exercise)
+            cell = answer_cell(nb, exercise)
             assert old in cell.source, f"{exercise}: the mutation no longer applies"
             cell.source = cell.source.replace(old, new)
         return nb
@@ -233,7 +217,7 @@ def write_class(target: Path, profiles: dict[str, Profile] = PROFILES) -> Path:
             if made is None:
                 (target / student).mkdir(parents=True, exist_ok=True)
                 continue
-            path = target / student / a / f"{a}.ipynb"
+            path = notebook_path(target / student, a)
             path.parent.mkdir(parents=True, exist_ok=True)
             if isinstance(made, str):
                 path.write_text(made)

@@ -8,7 +8,6 @@ and export work unchanged. No student code runs in this step.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from nbformat.notebooknode import NotebookNode
@@ -16,42 +15,36 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
-TEST_SUFFIX = "_tests"
-
-
-def results_path(results_dir: Path, student: str, assignment: str) -> Path:
-    return Path(results_dir) / student / f"{assignment}.json"
-
-
-def _is_test_cell(cell: NotebookNode) -> bool:
-    meta = cell.metadata.get("nbgrader", {})
-    return cell.cell_type == "code" and meta.get("grade") and not meta.get("solution")
+from grader.course import Results, exercise_of_test, grade_id, is_test_cell, results_file
 
 
 class InjectResults(NbGraderPreprocessor):
-    results_dir = Unicode(help="Folder of <student>/<assignment>.json results").tag(config=True)
+    results_dir = Unicode(help="A course's results folder (grader.course.Course.results)").tag(
+        config=True
+    )
 
     def preprocess(self, nb: NotebookNode, resources: dict):
         info = resources["nbgrader"]
-        path = results_path(Path(self.results_dir), info["student"], info["assignment"])
-        results = {r["name"]: r for r in json.loads(path.read_text())["exercises"]}
+        path = results_file(Path(self.results_dir), info["student"], info["assignment"])
+        results = Results.load(path).by_name()
         for cell in nb.cells:
             if cell.cell_type != "code":
                 continue
             cell.outputs = []  # experiments are not executed while grading
-            if not _is_test_cell(cell):
+            if not is_test_cell(cell):
                 continue
-            result = results.get(cell.metadata.nbgrader["grade_id"].removesuffix(TEST_SUFFIX))
+            result = results.get(exercise_of_test(grade_id(cell)))
             if result is None:  # never leave a test cell empty: empty means full marks
                 cell.outputs = [
                     new_output("error", ename="NotGraded", evalue="no result", traceback=[])
                 ]
                 continue
             cell.outputs = [
-                new_output("stream", name="stdout", text=result["feedback"] + "\n"),
+                new_output("stream", name="stdout", text=result.feedback + "\n"),
+                # nbgrader reads a test cell's partial score from its value's text
                 new_output(
                     "execute_result",
-                    data={"text/plain": repr(float(result["score"]))},
+                    data={"text/plain": repr(float(result.score))},
                     execution_count=1,
                 ),
             ]

@@ -1,61 +1,45 @@
 """Reading exercises out of notebooks: which exercises a notebook holds, and a student's answers.
 
-Answer cells are found by their nbgrader `grade_id` (the exercise's name); when a student's
-editor stripped the metadata, by the cell that defines the function or class of that name.
+A submission is read once (`Submission.read`) into what grading needs (each exercise's answer)
+and what nbgrader records (the same notebook, its stripped nbgrader tags restored on the very
+cells graded). The cell conventions are grader.course's.
 """
 
 from __future__ import annotations
 
-import ast
-import re
+import hashlib
+from dataclasses import dataclass
 from pathlib import Path, PurePath
 
 import nbformat
 
 from grader.checks import EXERCISES
-from grader.config import course_source
+from grader.config import SOLUTIONS
+from grader.course import SETUP_ID, answer_cell, grade_id, notebook_path
 from grader.untrusted import read_below
 
-SETUP_ID = "imports"
 MAX_NOTEBOOK_BYTES = 20 << 20  # a course notebook with its plots is well under 1 MB
 
 
-def _grade_id(cell) -> str:
-    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
-
-
-def _defines(source: str, name: str) -> bool:
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return bool(re.search(rf"^(def|class)\s+{re.escape(name)}\b", source, re.M))
-    return any(isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name == name for n in tree.body)
-
-
-def source_notebook(assignment: str, folder: Path | None = None) -> nbformat.NotebookNode:
-    """`assignment`'s notebook in `folder` (default: the course source graded against)."""
-    folder = folder or course_source()
-    return nbformat.read(folder / assignment / f"{assignment}.ipynb", as_version=4)
+def source_notebook(assignment: str, folder: Path = SOLUTIONS) -> nbformat.NotebookNode:
+    """`assignment`'s notebook in `folder` (default: the checkout's course source)."""
+    return nbformat.read(notebook_path(folder, assignment), as_version=4)
 
 
 def exercises_of(notebook: nbformat.NotebookNode) -> list[str]:
     """The graded exercises of a (source) notebook, in order."""
-    return [_grade_id(c) for c in notebook.cells if _grade_id(c) in EXERCISES]
+    return [grade_id(c) for c in notebook.cells if grade_id(c) in EXERCISES]
 
 
 def setup_code(notebook: nbformat.NotebookNode) -> str:
     """The locked imports cell every answer may rely on (taken from the source, not the student)."""
-    return "\n".join(c.source for c in notebook.cells if _grade_id(c) == SETUP_ID)
+    return "\n".join(c.source for c in notebook.cells if grade_id(c) == SETUP_ID)
 
 
 def answer_source(notebook: nbformat.NotebookNode, name: str) -> str | None:
-    """The student's answer cell for exercise `name`, or None if there is none."""
-    code = [c for c in notebook.cells if c.cell_type == "code"]
-    tagged = [c for c in code if _grade_id(c) == name]
-    found = tagged or [c for c in code if _defines(c.source, name)]
-    return (
-        found[-1].source if found else None
-    )  # a duplicated cell: the last one wins, as in Jupyter
+    """The student's answer to exercise `name` (see grader.course.answer_cell), or None."""
+    cell = answer_cell(notebook, name)
+    return None if cell is None else cell.source
 
 
 def submitted_bytes(path: Path) -> bytes:
@@ -68,12 +52,30 @@ def submitted_bytes(path: Path) -> bytes:
 def read_notebook(path: Path) -> nbformat.NotebookNode:
     """A submitted notebook (see submitted_bytes); raises ValueError with a plain reason when it
     cannot be read."""
+    data = _submitted(path)
+    if not isinstance(data, bytes):
+        raise ValueError(_unreadable(path, data))
+    return _parsed(path, data)
+
+
+def _submitted(path: Path) -> bytes | OSError | ValueError:
+    """The submission's bytes, or why they cannot be read."""
     try:
-        data = submitted_bytes(path)
-    except FileNotFoundError:
-        raise ValueError(f"{path.name} is missing") from None
-    except OSError as error:  # a folder that is a file, no permission
-        raise ValueError(f"{path.name} cannot be opened ({error.strerror})") from None
+        return submitted_bytes(path)
+    except (OSError, ValueError) as error:
+        return error
+
+
+def _unreadable(path: Path, error: OSError | ValueError) -> str:
+    """Why the submission cannot be read, in plain words naming it."""
+    if isinstance(error, FileNotFoundError):
+        return f"{path.name} is missing"
+    if isinstance(error, OSError):  # a folder that is a file, no permission
+        return f"{path.name} cannot be opened ({error.strerror})"
+    return str(error)  # untrusted.Refused: a link, a special or oversized file
+
+
+def _parsed(path: Path, data: bytes) -> nbformat.NotebookNode:
     try:
         return nbformat.reads(data.decode(), as_version=4)
     except Exception as error:  # invalid JSON or UTF-8, wrong schema, binary junk
@@ -82,27 +84,93 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
         ) from None
 
 
+def fingerprint(path: Path, source: Path) -> str:
+    """The hash of the submission at `path` and of the source notebook it is graded against (a
+    changed answer key regrades); a missing or refused submission hashes as its reason."""
+    return _fingerprint(_submitted(path), source)
+
+
+def _fingerprint(data: bytes | OSError | ValueError, source: Path) -> str:
+    if not isinstance(data, bytes):
+        data = f"<{type(data).__name__}: {data}>".encode()
+    return hashlib.sha256(data + source.read_bytes()).hexdigest()
+
+
+@dataclass
+class Submission:
+    """One student's notebook for one assignment, read once.
+
+    Attributes:
+        exercises: the assignment's exercises, in the source's order.
+        setup: the source's imports cell, run before each answer.
+        answers: each exercise's answer cell's source (None: it has none).
+        recorded: what nbgrader records: the notebook with its stripped tags restored on the
+            cells graded, or None when it could not be read (`problem` says why).
+        fingerprint: of the bytes read and of the source (see `fingerprint`).
+    """
+
+    path: Path
+    assignment: str
+    exercises: list[str]
+    setup: str
+    answers: dict[str, str | None]
+    recorded: nbformat.NotebookNode | None
+    problem: str
+    fingerprint: str
+
+    @classmethod
+    def read(cls, path: Path, assignment: str, source: Path = SOLUTIONS) -> Submission:
+        """The notebook at `path`, an answer to `assignment` of the course source in `source`."""
+        source_path = notebook_path(source, assignment)
+        original = nbformat.read(source_path, as_version=4)
+        exercises = exercises_of(original)
+        data = _submitted(path)
+        notebook, problem = None, ""
+        if not isinstance(data, bytes):
+            problem = _unreadable(path, data)
+        else:
+            try:
+                notebook = _parsed(path, data)
+            except ValueError as error:
+                problem = str(error)
+        answers = dict.fromkeys(exercises)
+        if notebook is not None:
+            restore_metadata(notebook, original)
+            answers = {name: answer_source(notebook, name) for name in exercises}
+        digest = _fingerprint(data, source_path)
+        return cls(
+            path, assignment, exercises, setup_code(original), answers, notebook, problem, digest
+        )
+
+
 def restore_metadata(submitted: nbformat.NotebookNode, source: nbformat.NotebookNode) -> int:
     """Re-tag cells whose nbgrader metadata an editor stripped; returns how many were re-tagged.
 
-    An answer cell is recognized by the function or class it defines, a locked cell by its
-    unchanged text. Cells that cannot be recognized are left for nbgrader to add back.
+    An answer cell is the one grading reads (grader.course.answer_cell), a locked cell is
+    recognized by its unchanged text. Cells that cannot be recognized are left for nbgrader to
+    add back.
     """
-    present = {_grade_id(c) for c in submitted.cells} - {""}
+    present = {grade_id(c) for c in submitted.cells} - {""}
     restored = 0
     for cell in source.cells:
-        grade_id = _grade_id(cell)
-        if not grade_id or grade_id in present:
+        name = grade_id(cell)
+        if not name or name in present:
             continue
         meta = cell.metadata["nbgrader"]
-        for candidate in submitted.cells:
-            if _grade_id(candidate) or candidate.cell_type != cell.cell_type:
-                continue
-            by_name = meta.get("solution") and _defines(candidate.source, grade_id)
-            if by_name or candidate.source.strip() == _visible_part(cell.source):
-                candidate.metadata["nbgrader"] = dict(meta)
-                restored += 1
-                break
+        if meta.get("solution") and cell.cell_type == "code":
+            found = answer_cell(submitted, name)
+            candidates = [] if found is None or grade_id(found) else [found]
+        else:
+            candidates = [
+                c
+                for c in submitted.cells
+                if not grade_id(c)
+                and c.cell_type == cell.cell_type
+                and c.source.strip() == _visible_part(cell.source)
+            ][:1]
+        for candidate in candidates:
+            candidate.metadata["nbgrader"] = dict(meta)
+            restored += 1
     return restored
 
 

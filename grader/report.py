@@ -8,8 +8,8 @@ from pathlib import Path
 
 from nbgrader.api import Gradebook, MissingEntry
 
-from grader.autograde import Course
 from grader.config import assignments
+from grader.course import Course
 
 HIDDEN_REGION = re.compile(r"BEGIN HIDDEN TESTS|END HIDDEN TESTS|grade\(")
 
@@ -54,13 +54,13 @@ def write_feedback(course: Course, students: list[str]) -> tuple[Path, list[str]
     problems = []
     for assignment in assignments():
         for student in students:
-            if not (course.root / "autograded" / student / assignment).is_dir():
+            if not course.autograded_notebook(student, assignment).is_file():
                 continue  # never graded: nothing to give feedback on
             result = api.generate_feedback(assignment, student, force=True)
             if not result["success"]:
                 tail = (result.get("error") or "").strip().splitlines()[-1:]
                 problems.append(f"{student}: no feedback for {assignment} ({' '.join(tail)})")
-    return course.root / "feedback", problems
+    return course.feedback, problems
 
 
 def leaks_hidden_tests(html: str) -> bool:

@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from grader.config import REPO, assignments, course_source
+from grader.config import REPO, SOLUTIONS, assignments
 
 # Above every range that distributions, systemd, container tools and directory services (sssd,
 # FreeIPA) hand out, so no real user's files or keyring are shared; no passwd entry is needed.
@@ -73,7 +73,8 @@ def available() -> bool:
 class Sandbox:
     """Builds the bubblewrap command line for a job, each job with a uid of its own."""
 
-    def __init__(self) -> None:
+    def __init__(self, source: Path = SOLUTIONS) -> None:
+        """`source`: the course source graded against, an answer key the runner never sees."""
         if not available():
             raise SandboxUnavailable(
                 "bubblewrap is not installed (apt-get install bubblewrap); refusing to run "
@@ -84,15 +85,16 @@ class Sandbox:
         start = (time.time_ns() ^ os.getpid() << 32) % len(UIDS)
         self._counter = itertools.count(start)  # next() on it is atomic: threads share it
         self._given: set[int] = set()
-        self.visible = visible_paths()
+        self.answer_keys = answer_keys(source)
+        self.visible = visible_paths(self.answer_keys)
         self._check_answer_key_hidden()
-        self._check_runner_starts()
+        self._check_runner_starts(source)
 
     def _check_answer_key_hidden(self) -> None:
         """Refuse when the answer key lies inside a folder the runner must see (a checkout that
         pip's `install -e git+...` placed in the virtualenv's src/, say)."""
         shown = _outermost(p.resolve() for p in self.visible)
-        for secret in answer_keys():
+        for secret in self.answer_keys:
             around = [f for f in shown if secret.is_relative_to(f)]
             if around:
                 raise SandboxUnavailable(
@@ -100,11 +102,11 @@ class Sandbox:
                     "runner must see: move it (or the course's checkout) out of there"
                 )
 
-    def _check_runner_starts(self) -> None:
+    def _check_runner_starts(self, source: Path) -> None:
         """Start Python in the sandbox once and run what the runner runs before any student
         code (its imports and every notebook's imports cell). If it cannot, every student would
         get 0 for the grader's own fault: refuse, and say why."""
-        probe = [sys.executable, "-c", "\n".join(["import grader.runner", *_setup_cells()])]
+        probe = [sys.executable, "-c", "\n".join(["import grader.runner", *_setup_cells(source)])]
         with tempfile.TemporaryDirectory(prefix="grader-probe-") as job:
             done = subprocess.run(
                 self.command(probe, Path(job)),
@@ -191,17 +193,18 @@ def runner_env(job: Path) -> dict[str, str]:
     }
 
 
-def _setup_cells() -> list[str]:
+def _setup_cells(source: Path) -> list[str]:
     from grader.notebook import setup_code, source_notebook  # it needs the checks: import late
 
-    return [setup_code(source_notebook(a)) for a in assignments()]
+    return [setup_code(source_notebook(a, source)) for a in assignments()]
 
 
-def visible_paths() -> list[Path]:
+def visible_paths(keys: list[Path]) -> list[Path]:
     """What the runner reads, as this machine names it: the system, the interpreter, every
     folder on the runner's sys.path (.pth files included) and every package it imports (an
     editable install's finder maps them anywhere). A folder that holds the answer key (a
-    checkout on sys.path) is never shown whole: the course's packages in it are."""
+    checkout on sys.path) is never shown whole: the course's packages in it are. `keys`: the
+    answer keys (see answer_keys)."""
     with tempfile.TemporaryDirectory(prefix="grader-where-") as scratch:
         code = f"NAMES = {RUNNER_PACKAGES!r}\n{WHERE_PROBE}"
         where = subprocess.run(
@@ -213,7 +216,6 @@ def visible_paths() -> list[Path]:
             check=True,
         )
     found = json.loads(where.stdout)
-    keys = answer_keys()
     on_path = [p for p in found["path"] if not _is_inside_any(keys, Path(p).resolve())]
     paths = [*SYSTEM, sys.executable, sys.prefix, sys.base_prefix, *on_path, *found["packages"]]
     return [p for p in dict.fromkeys(Path(os.path.abspath(p)) for p in paths) if p.exists()]
@@ -260,10 +262,10 @@ def symlinks_met(path: Path) -> dict[Path, str]:
     return links
 
 
-def answer_keys() -> list[Path]:
+def answer_keys(source: Path) -> list[Path]:
     """What holds the answers, resolved: the source graded against (a checkout's solutions/
     or --source), the checkout's solutions/ and its git history."""
-    keys = (course_source(), REPO / "solutions", REPO / ".git")
+    keys = (source, SOLUTIONS, REPO / ".git")
     return [k.resolve() for k in dict.fromkeys(keys) if k.exists()]
 
 

@@ -30,14 +30,17 @@ from grader import record
 from grader.checks import EXERCISES
 from grader.checks.core import Outputs, StudentError, Verdict, judge, plan
 from grader.checks.integrity import forbidden_uses, integrity_message
-from grader.config import EXERCISE_SECONDS, RELEASE
-from grader.notebook import (
-    answer_source,
-    exercises_of,
-    read_notebook,
-    setup_code,
-    source_notebook,
+from grader.config import (
+    EXERCISE_CPU_SECONDS,
+    EXERCISE_FILE_MB,
+    EXERCISE_MEMORY_MB,
+    EXERCISE_SECONDS,
+    RELEASE,
+    RUNNER_GRACE_SECONDS,
+    SOLUTIONS,
 )
+from grader.course import ExerciseResult
+from grader.notebook import Submission
 from grader.sandbox import Sandbox, runner_env
 from grader.untrusted import write_replacing
 
@@ -95,22 +98,11 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 @dataclass(frozen=True)
 class Limits:
-    memory_mb: int = 3000  # torch needs ~1 GB of address space to import
-    cpu_seconds: int = 60
-    file_mb: int = 64
+    memory_mb: int = EXERCISE_MEMORY_MB
+    cpu_seconds: int = EXERCISE_CPU_SECONDS
+    file_mb: int = EXERCISE_FILE_MB
     processes: int = 0  # 0: not limited (RLIMIT_NPROC only binds for the sandbox's own uid)
     wall_seconds: float = EXERCISE_SECONDS
-
-
-@dataclass(frozen=True)
-class ExerciseResult:
-    """What the gradebook and the feedback need of one exercise: plain numbers and text."""
-
-    name: str
-    score: float
-    max_score: float
-    feedback: str
-    cause: str = ""  # "missing", "crash" or "timeout": why no output of it could be judged
 
 
 DEFAULT_LIMITS = Limits()
@@ -189,7 +181,7 @@ def run_job(
     when it failed before any student code ran, or said it could not keep its records."""
     if RUNNERS.stopping.is_set():
         raise Stopped("the grader was stopped")
-    timeout = limits.wall_seconds * max(cases, 1) + 60
+    timeout = limits.wall_seconds * max(cases, 1) + RUNNER_GRACE_SECONDS
     command = [sys.executable, "-m", "grader.runner", str(job)]
     out, err = _run(command if sandbox is None else sandbox.command(command, job), job, timeout)
     if RUNNERS.stopping.is_set():
@@ -246,12 +238,31 @@ def grade_notebooks(
     sandbox: Sandbox | None = None,
     hidden: bool = True,
     scratch: Path | None = None,
+    source: Path = SOLUTIONS,
 ) -> list[list[ExerciseResult]]:
-    """One student's notebooks (path, assignment) graded by one runner, which pays Python's and
-    torch's start-up once; each exercise still runs in its own forked, limited process.
+    """One student's notebooks (path, assignment), read and graded (see grade_submissions).
 
     The visible checks alone (`grader check`) take the exercises and the imports cell from the
     student release, so they run where the course source (the answer key) is not installed.
+
+    Args:
+        source: the course source whose hidden checks grade (`hidden`).
+    """
+    folder = source if hidden else RELEASE
+    submissions = [Submission.read(path, assignment, folder) for path, assignment in notebooks]
+    return grade_submissions(submissions, seed, limits, sandbox, hidden, scratch)
+
+
+def grade_submissions(
+    submissions: list[Submission],
+    seed: int,
+    limits: Limits = DEFAULT_LIMITS,
+    sandbox: Sandbox | None = None,
+    hidden: bool = True,
+    scratch: Path | None = None,
+) -> list[list[ExerciseResult]]:
+    """One student's notebooks graded by one runner, which pays Python's and torch's start-up
+    once; each exercise still runs in its own forked, limited process.
 
     Args:
         scratch: the folder to hold the runners' job folders (default: the system's temporary
@@ -259,41 +270,29 @@ def grade_notebooks(
     """
     verdicts: dict[str, Verdict] = {}
     causes: dict[str, str] = {}
-    names_by_notebook, plans, answers, specs = [], {}, {}, []
-    for path, assignment in notebooks:
-        source = source_notebook(assignment, None if hidden else RELEASE)
-        names = exercises_of(source)
-        names_by_notebook.append(names)
-        plans.update({n: plan(EXERCISES[n], hidden, seed) for n in names})
-        try:
-            notebook = read_notebook(path)
-        except ValueError as error:
-            reason = StudentError("missing", f"Not graded: {error}.")
-            verdicts.update({n: _verdict_for_all(n, reason, plans[n]) for n in names})
-            causes.update(dict.fromkeys(names, reason.kind))
-            continue
-        for name in names:
-            answers[name] = answer_source(notebook, name)
-            if answers[name] is None:
+    plans, specs = {}, []
+    for submission in submissions:
+        for name in submission.exercises:
+            plans[name] = plan(EXERCISES[name], hidden, seed)
+            answer = submission.answers[name]
+            if submission.problem:
+                reason = StudentError("missing", f"Not graded: {submission.problem}.")
+            elif answer is None:
                 missing = f"No answer cell defines `{name}` (was it renamed or deleted?)."
                 reason = StudentError("missing", missing)
-                verdicts[name] = _verdict_for_all(name, reason, plans[name])
-                causes[name] = reason.kind
+            else:
+                setup, cases = submission.setup, len(plans[name])
+                specs.append({"name": name, "setup": setup, "source": answer, "cases": cases})
                 continue
-            specs.append(
-                {
-                    "name": name,
-                    "setup": setup_code(source),
-                    "source": answers[name],
-                    "cases": len(plans[name]),
-                }
-            )
+            verdicts[name] = _verdict_for_all(name, reason, plans[name])
+            causes[name] = reason.kind
+    answers = {name: a for s in submissions for name, a in s.answers.items()}
     for name, outputs, calls in _run_all(specs, plans, limits, sandbox, scratch):
         static = forbidden_uses(answers[name], EXERCISES[name])
         integrity = integrity_message(EXERCISES[name], static, calls)
         verdicts[name] = judge(EXERCISES[name], plans[name], outputs, integrity)
         causes[name] = _cause(outputs)
-    return [[_result(verdicts[n], causes[n]) for n in names] for names in names_by_notebook]
+    return [[_result(verdicts[n], causes[n]) for n in s.exercises] for s in submissions]
 
 
 def _cause(outputs: list[Outputs]) -> str:

@@ -9,7 +9,6 @@ earns nothing at all. Nothing one student's runner leaves behind reaches the nex
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import secrets
 import shutil
@@ -25,29 +24,33 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from grader.autograde import Course, autograde
-from grader.config import REPO
-from grader.nbgrader_steps import results_path
+from grader.autograde import autograde
+from grader.checks import EXERCISES
+from grader.config import REPO, SOLUTIONS
+from grader.course import Course, Results, answer_cell, notebook_path
+from grader.notebook import answer_source, exercises_of, source_notebook
 from grader.sandbox import Sandbox, available
 from grader.submission import Limits, grade_notebook
 
 pytestmark = pytest.mark.skipif(not available(), reason="bubblewrap is not installed")
 
 ASSIGNMENT = "01_layer_norm"
-SOLUTION = REPO / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+SOLUTION = notebook_path(SOLUTIONS, ASSIGNMENT)
+ATTACKED = "layer_norm"  # the answer cell every attack is written into
 IDENTITY = (
     "\ndef layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):\n    return x\n"
 )
-HONEST_ANSWERS = {"stable_var": 3.0, "layer_norm_backward": 6.0}  # the attacks' notebook-mates
+# The attacks' notebook-mates, answered as in the solution: each keeps its full points.
+HONEST_ANSWERS = {
+    name: EXERCISES[name].points
+    for name in exercises_of(source_notebook(ASSIGNMENT))
+    if name != ATTACKED
+}
 HOST_CANARY = Path("/tmp/grader-attack-canary")
 
 
 def honest_layer_norm() -> str:
-    notebook = nbformat.read(SOLUTION, 4)
-    cell = next(
-        c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "layer_norm"
-    )
-    return cell.source
+    return answer_source(source_notebook(ASSIGNMENT), ATTACKED)
 
 
 # name -> (code of the layer_norm answer cell, words the feedback must contain, points it may keep)
@@ -212,7 +215,7 @@ def _link(target: Callable[[Path], Path], step: int) -> Callable[[Path, Path], N
     link to `target(submissions)`."""
 
     def make(submissions: Path, student: Path) -> None:
-        steps = [student, student / ASSIGNMENT, student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"]
+        steps = [student, student / ASSIGNMENT, notebook_path(student, ASSIGNMENT)]
         for folder in steps[:step]:
             folder.mkdir()
         steps[step].symlink_to(target(submissions))
@@ -225,7 +228,7 @@ def _notebook(make_file: Callable[[Path], None]) -> Callable[[Path, Path], None]
 
     def make(submissions: Path, student: Path) -> None:
         (student / ASSIGNMENT).mkdir(parents=True)
-        make_file(student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+        make_file(notebook_path(student, ASSIGNMENT))
 
     return make
 
@@ -255,9 +258,7 @@ LAYOUTS: dict[str, tuple[Callable[[Path, Path], None], str]] = {
 
 def notebook_with(layer_norm_source: str) -> nbformat.NotebookNode:
     notebook = nbformat.read(SOLUTION, 4)
-    for cell in notebook.cells:
-        if cell.metadata.get("nbgrader", {}).get("grade_id") == "layer_norm":
-            cell.source = layer_norm_source
+    answer_cell(notebook, ATTACKED).source = layer_norm_source
     return notebook
 
 
@@ -303,7 +304,7 @@ def attacked(tmp_path_factory, listener):
     submissions, course_root = root / "submissions", late / "course"
     cases = attacks(port, course_root, submissions)
     for student, (code, _, _) in {**cases, "honest": (honest_layer_norm(), "", 10)}.items():
-        path = submissions / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+        path = notebook_path(submissions / student, ASSIGNMENT)
         path.parent.mkdir(parents=True)
         nbformat.write(notebook_with(code), path)
     for student, (make, _) in LAYOUTS.items():
@@ -326,13 +327,13 @@ def attacked(tmp_path_factory, listener):
 
 
 def exercise_scores(course: Course, student: str) -> dict[str, float]:
-    record = json.loads(results_path(course.results, student, ASSIGNMENT).read_text())
-    return {e["name"]: e["score"] for e in record["exercises"]}
+    results = Results.load(course.results_file(student, ASSIGNMENT))
+    return {e.name: e.score for e in results.exercises}
 
 
 def feedback(course: Course, student: str) -> str:
-    record = json.loads(results_path(course.results, student, ASSIGNMENT).read_text())
-    return "\n".join(e["feedback"] for e in record["exercises"])
+    results = Results.load(course.results_file(student, ASSIGNMENT))
+    return "\n".join(e.feedback for e in results.exercises)
 
 
 def test_there_are_at_least_twenty_attacks(attacked):
@@ -344,7 +345,7 @@ def test_an_attack_earns_nothing_and_costs_its_notebook_mates_nothing(attacked, 
     cases, course, _, _, _ = attacked
     _, words, allowed = cases[attack]
     scores = exercise_scores(course, attack)
-    assert scores["layer_norm"] <= allowed
+    assert scores[ATTACKED] <= allowed
     assert {k: scores[k] for k in HONEST_ANSWERS} == HONEST_ANSWERS
     assert words in feedback(course, attack)
 
@@ -451,12 +452,8 @@ def test_an_answer_cannot_write_the_record_of_another_exercise(tmp_path, forger,
     """One answer writes the correct record of another exercise, whose own answer exits without
     one (before it runs) or was wrong (after it ran): the victim earns nothing."""
     notebook = nbformat.read(SOLUTION, 4)
-    for cell in notebook.cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if grade_id == forger:
-            cell.source += "\n" + FORGE_A_RECORD.format(name=victim)
-        elif grade_id == victim:
-            cell.source = EXITS.format(name=victim)
+    answer_cell(notebook, forger).source += "\n" + FORGE_A_RECORD.format(name=victim)
+    answer_cell(notebook, victim).source = EXITS.format(name=victim)
     path = tmp_path / f"{ASSIGNMENT}.ipynb"
     nbformat.write(notebook, path)
     results = {r.name: r for r in grade_notebook(path, ASSIGNMENT, 0, sandbox=Sandbox())}

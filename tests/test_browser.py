@@ -35,9 +35,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader.autograde import Course, autograde
+from grader.autograde import autograde
 from grader.checks import EXERCISES
-from grader.config import REPO, assignments, course_source
+from grader.config import REPO, SOLUTIONS, assignments
+from grader.course import Course
 from grader.demo import PROFILES, write_class
 from grader.notebook import answer_source, exercises_of, source_notebook
 
@@ -87,7 +88,7 @@ NBGRADER_CONFIG = '''\
 """formgrader's view of the course graded by tests/test_browser.py."""
 from pathlib import Path
 
-from grader.autograde import Course
+from grader.course import Course
 
 c = get_config()  # noqa: F821
 c.merge(Course(Path({course!r})).api().config)
@@ -587,7 +588,7 @@ def test_formgrader_lists_the_assignments_their_notebooks_and_the_students(
         frame.wait_for_url(f"**/formgrader/gradebook/{assignment}")
         notebooks = table_column(frame, ".name")
         screenshot(page, screenshots, f"instructor-2-notebooks-of-{assignment}")
-        assert notebooks == [p.stem for p in sorted((course_source() / assignment).glob("*.ipynb"))]
+        assert notebooks == [p.stem for p in sorted((SOLUTIONS / assignment).glob("*.ipynb"))]
         frame.locator(".breadcrumb a", has_text="Manual Grading").click()
         frame.wait_for_url("**/formgrader/gradebook")
 

@@ -15,8 +15,9 @@ import pytest
 from nbgrader.api import Gradebook
 
 from grader.autograde import discover, refused
-from grader.cli import DEFAULT_COURSE, DEMO_TIMEOUT, build_parser, main
-from grader.config import RELEASE, REPO, assignments
+from grader.cli import DEFAULT_COURSE, build_parser, main
+from grader.config import DEMO_EXERCISE_SECONDS, RELEASE, REPO, assignments
+from grader.course import notebook_path
 from grader.demo import PROFILES, expected_scores, write_class
 from grader.notebook import exercises_of, source_notebook
 from grader.submission import DEFAULT_LIMITS
@@ -34,7 +35,7 @@ DEFAULTS = [
     (["feedback"], "course", DEFAULT_COURSE, str(DEFAULT_COURSE)),
     (["export"], "course", DEFAULT_COURSE, str(DEFAULT_COURSE)),
     (["export"], "csv", Path("grades.csv"), "grades.csv"),
-    (["demo"], "timeout", DEMO_TIMEOUT, f"{DEMO_TIMEOUT:g}"),
+    (["demo"], "timeout", DEMO_EXERCISE_SECONDS, f"{DEMO_EXERCISE_SECONDS:g}"),
     (["demo"], "jobs", None, "one per core"),
     (["demo"], "out", REPO / "build" / "demo", str(REPO / "build" / "demo")),
     (["release"], "check", False, None),
@@ -60,8 +61,9 @@ def test_each_default_is_its_one_source_and_what_its_help_says(argv, dest, defau
 
 
 def test_the_demos_shorter_timeout_does_not_leak_into_autograde():
-    assert DEMO_TIMEOUT != DEFAULT_LIMITS.wall_seconds  # else the test below proves nothing
-    assert parsed(["demo"])["timeout"] == DEMO_TIMEOUT
+    # else the test below proves nothing
+    assert DEMO_EXERCISE_SECONDS != DEFAULT_LIMITS.wall_seconds
+    assert parsed(["demo"])["timeout"] == DEMO_EXERCISE_SECONDS
     assert parsed(["autograde", "SUB"])["timeout"] == DEFAULT_LIMITS.wall_seconds
 
 
@@ -185,7 +187,7 @@ def test_without_a_sandbox_autograde_refuses_in_one_line_creating_nothing(
 ):
     import grader.sandbox
 
-    def unavailable():
+    def unavailable(source):
         raise grader.sandbox.SandboxUnavailable("bubblewrap is not installed")
 
     monkeypatch.setattr(grader.sandbox, "Sandbox", unavailable)
@@ -208,7 +210,7 @@ def test_check_refuses_a_notebook_it_cannot_read(content, problem, tmp_path, cap
 
 def test_check_runs_on_a_notebook_named_from_its_own_folder(tmp_path, monkeypatch, capsys):
     """`grader check 01_layer_norm.ipynb`, as a student types it beside the notebook."""
-    shutil.copy(RELEASE / ASSIGNMENT / NOTEBOOK, tmp_path)
+    shutil.copy(notebook_path(RELEASE, ASSIGNMENT), tmp_path)
     monkeypatch.chdir(tmp_path)
     assert main(["check", NOTEBOOK]) == 1  # the untouched release: everything still to do
     assert "Still to fix:" in capsys.readouterr().out

@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 
 import pytest
-from nbgrader.api import Gradebook
 
-from grader.autograde import Course, CourseBusy, GradebookLost, autograde, prepare
+from grader.autograde import GradebookLost, autograde, prepare
 from grader.cli import main as cli
 from grader.config import REPO, assignments
+from grader.course import Course, CourseBusy
 from grader.demo import (
     PROFILES,
     Profile,
@@ -34,7 +34,6 @@ from grader.demo import (
     expected_scores,
     write_class,
 )
-from grader.nbgrader_steps import TEST_SUFFIX
 from grader.sandbox import Sandbox, available
 from grader.submission import Limits
 
@@ -79,17 +78,9 @@ CLASS = {
 
 def recorded(course: Course) -> dict[tuple[str, str], dict[str, float]]:
     """Every per-cell score in the gradebook, by (student, assignment)."""
-    with Gradebook(course.api().coursedir.db_url) as gradebook:
-        return {
-            (s.student.id, s.assignment.name): {
-                g.name.removesuffix(TEST_SUFFIX): g.score
-                for g in nb.grades
-                if g.name.endswith(TEST_SUFFIX)
-            }
-            for student in gradebook.students
-            for s in student.submissions
-            for nb in s.notebooks
-        }
+    students = [p.name for p in course.results.iterdir()] if course.results.is_dir() else []
+    found = {(s, a): course.cell_scores(s, a) for s in students for a in assignments()}
+    return {key: scores for key, scores in found.items() if scores is not None}
 
 
 def run_autograde(course: Course, submissions: Path, sandbox: Sandbox, **options):

@@ -4,16 +4,14 @@ its diagnosis in the student's HTML feedback, with no hidden test code shown."""
 from __future__ import annotations
 
 import html
-import json
 
 import pytest
-from nbgrader.api import Gradebook
 
-from grader.autograde import Course, Task, fingerprint, prepare, record
+from grader.autograde import Task, prepare, record
 from grader.checks import EXERCISES, run
-from grader.config import assignments, course_source
-from grader.nbgrader_steps import TEST_SUFFIX, results_path
-from grader.notebook import exercises_of, source_notebook
+from grader.config import assignments
+from grader.course import Course, ExerciseResult, Results
+from grader.notebook import Submission, exercises_of, source_notebook
 from grader.report import leaks_hidden_tests, write_feedback
 
 MISTAKES = [
@@ -30,15 +28,14 @@ def student_id(k: int) -> str:
     return f"mistake-{k:02d}"
 
 
-def results_of(names: list[str], k: int, verdicts: dict) -> list[dict]:
+def results_of(names: list[str], k: int, verdicts: dict) -> Results:
     exercises = []
     for name in names:
         full = EXERCISES[name].points
-        entry = {"name": name, "score": full, "max_score": full, "feedback": ""}
-        if (name, k) in verdicts:
-            entry.update(score=verdicts[(name, k)].score, feedback=verdicts[(name, k)].render())
-        exercises.append(entry)
-    return exercises
+        verdict = verdicts.get((name, k))
+        score, feedback = (verdict.score, verdict.render()) if verdict else (full, "")
+        exercises.append(ExerciseResult(name, score, full, feedback))
+    return Results(exercises)
 
 
 @pytest.fixture(scope="module")
@@ -52,13 +49,9 @@ def recorded(tmp_path_factory):
     for assignment in assignments():
         names = exercises_of(source_notebook(assignment))
         for k in range(max(len(EXERCISES[n].mistakes) for n in names)):
-            task = Task(
-                student_id(k), assignment, course_source() / assignment / f"{assignment}.ipynb"
-            )
-            path = results_path(course.results, task.student, assignment)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"exercises": results_of(names, k, verdicts)}))
-            outcome = record(task, course, api, fingerprint(task))
+            task = Task(student_id(k), assignment, course.source_notebook(assignment))
+            results_of(names, k, verdicts).save(course.results_file(task.student, assignment))
+            outcome = record(task, course, api, Submission.read(task.submission, assignment))
             assert not outcome.problem, outcome.problem
     folder, problems = write_feedback(course, sorted({student_id(k) for *_, k, _ in MISTAKES}))
     assert problems == []
@@ -73,9 +66,8 @@ def test_the_partial_score_and_the_diagnosis_reach_the_student(
 ):
     course, verdicts, folder = recorded
     student, verdict = student_id(k), verdicts[(exercise, k)]
-    with Gradebook(course.api().coursedir.db_url) as gradebook:
-        grade = gradebook.find_grade(f"{exercise}{TEST_SUFFIX}", assignment, assignment, student)
-        assert grade.score == verdict.score < EXERCISES[exercise].points
+    score = course.cell_scores(student, assignment)[exercise]
+    assert score == verdict.score < EXERCISES[exercise].points
     page = html.unescape((folder / student / assignment / f"{assignment}.html").read_text())
     assert mistake.message in page
     assert not leaks_hidden_tests(page)

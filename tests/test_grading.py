@@ -3,25 +3,25 @@
 from __future__ import annotations
 
 import csv
-import json
-import secrets
 from concurrent.futures import ThreadPoolExecutor
 
+import nbformat
 import pytest
-from nbgrader.api import Gradebook
 
-from grader.autograde import Course, autograde
-from grader.config import assignments
+from grader.autograde import autograde
+from grader.checks import EXERCISES
+from grader.config import assignments, fresh_seed
+from grader.course import Course, Results, grade_id, notebook_path
 from grader.demo import PROFILES, expected_scores, write_class
-from grader.nbgrader_steps import TEST_SUFFIX, results_path
+from grader.notebook import Submission, answer_source, exercises_of, source_notebook
 from grader.report import leaks_hidden_tests, scores, write_csv, write_feedback
 from grader.sandbox import Sandbox, available
-from grader.submission import Limits, grade_notebooks
+from grader.submission import Limits, grade_notebooks, grade_submissions
 
 LIMITS = Limits(wall_seconds=10)  # the looping student costs this much per notebook
 
 
-SEED = secrets.randbits(31)  # the expected scores must hold whatever the hidden inputs
+SEED = fresh_seed()  # the expected scores must hold whatever the hidden inputs
 
 
 @pytest.fixture(scope="module")
@@ -35,26 +35,16 @@ def graded(tmp_path_factory):
     return submissions, course, outcomes
 
 
-def cell_scores(course: Course, student: str, assignment: str) -> dict[str, float]:
-    with Gradebook(course.api().coursedir.db_url) as gradebook:
-        notebook = gradebook.find_submission_notebook(assignment, assignment, student)
-        return {
-            g.name.removesuffix(TEST_SUFFIX): g.score
-            for g in notebook.grades
-            if g.name.endswith(TEST_SUFFIX)
-        }
-
-
 def feedback_text(course: Course, student: str, assignment: str) -> str:
-    path = results_path(course.results, student, assignment)
-    return "\n".join(e["feedback"] for e in json.loads(path.read_text())["exercises"])
+    results = Results.load(course.results_file(student, assignment))
+    return "\n".join(e.feedback for e in results.exercises)
 
 
 @pytest.mark.parametrize(("student", "assignment"), sorted(expected_scores()))
 def test_each_sample_student_gets_exactly_its_expected_per_cell_score(graded, student, assignment):
     _, course, _ = graded
     expected = expected_scores()[(student, assignment)]
-    assert cell_scores(course, student, assignment) == expected, PROFILES[student].description
+    assert course.cell_scores(student, assignment) == expected, PROFILES[student].description
 
 
 def test_no_submission_failed_to_record(graded):
@@ -93,7 +83,7 @@ def test_an_interrupted_batch_resumes_where_it_stopped(graded):
     before = scores(course, sorted(PROFILES))
     for student in ("ada", "ivy"):
         for assignment in assignments():
-            (course.results / student / f"{assignment}.graded").unlink()
+            course.stamp(student, assignment).unlink()
     resumed = autograde(submissions, course, jobs=2, limits=LIMITS, progress=False)
     regraded = sorted({o.task.student for o in resumed if not o.skipped})
     assert regraded == ["ada", "ivy"]
@@ -135,12 +125,35 @@ def test_the_sandbox_changes_no_score(graded):
     submissions, course, _ = graded
 
     def regrade(student: str) -> tuple[str, list]:
-        paths = [(submissions / student / a / f"{a}.ipynb", a) for a in assignments()]
+        paths = [(notebook_path(submissions / student, a), a) for a in assignments()]
         return student, grade_notebooks(paths, SEED, LIMITS)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         for student, unsandboxed in pool.map(regrade, sorted(PROFILES)):
             for assignment, results in zip(assignments(), unsandboxed, strict=True):
-                path = results_path(course.results, student, assignment)
-                recorded = [e["score"] for e in json.loads(path.read_text())["exercises"]]
-                assert [r.score for r in results] == recorded, f"{student}/{assignment}"
+                recorded = Results.load(course.results_file(student, assignment))
+                assert [r.score for r in results] == [e.score for e in recorded.exercises], (
+                    f"{student}/{assignment}"
+                )
+
+
+def test_with_its_tags_stripped_the_cell_graded_is_the_cell_recorded(tmp_path):
+    """An editor stripped every nbgrader tag, and a wrong copy of an answer sits above the right
+    one: the right one (the last, as in Jupyter) is graded, and is the cell nbgrader records
+    as the answer (formgrader shows it next to the grade)."""
+    assignment = assignments()[0]
+    name = exercises_of(source_notebook(assignment))[0]
+    right = answer_source(source_notebook(assignment), name)
+    notebook = PROFILES["hal"].build(assignment)  # the solution, every tag stripped
+    below = next(i for i, c in enumerate(notebook.cells) if c.source == right)
+    wrong = f"def {name}(*args, **kwargs):\n    return None\n"
+    notebook.cells.insert(below, nbformat.v4.new_code_cell(wrong))
+    path = notebook_path(tmp_path / "student", assignment)
+    path.parent.mkdir(parents=True)
+    nbformat.write(notebook, path)
+
+    submission = Submission.read(path, assignment)
+    tagged = [c.source for c in submission.recorded.cells if grade_id(c) == name]
+    assert tagged == [right]
+    graded = {r.name: r.score for r in grade_submissions([submission], 0, LIMITS)[0]}
+    assert graded[name] == EXERCISES[name].points

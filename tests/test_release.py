@@ -12,7 +12,8 @@ import nbformat
 import pytest
 
 from grader.checks import EXERCISES
-from grader.config import REPO, assignments
+from grader.config import REPO, SOLUTIONS, assignments
+from grader.course import grade_id, notebook_path, tests_id
 from grader.notebook import exercises_of, source_notebook
 from grader.release import stale_files
 
@@ -38,31 +39,28 @@ def test_committed_release_matches_a_fresh_generation():
 
 def test_a_hand_edit_to_the_release_is_named(tmp_path):
     release = shutil.copytree(REPO / "notebooks", tmp_path / "notebooks")
-    edited = release / ASSIGNMENTS[0] / f"{ASSIGNMENTS[0]}.ipynb"
+    edited = notebook_path(release, ASSIGNMENTS[0])
     edited.write_text(edited.read_text().replace("YOUR CODE HERE", "YOUR CODE THERE", 1))
     assert stale_files(release) == [f"notebooks/{ASSIGNMENTS[0]}/{ASSIGNMENTS[0]}.ipynb"]
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_test_cell_points_equal_the_checks_points(assignment):
-    cells = {
-        c.metadata.nbgrader["grade_id"]: c.metadata.nbgrader
-        for c in source_notebook(assignment).cells
-        if "nbgrader" in c.metadata
-    }
-    for name in exercises_of(source_notebook(assignment)):
-        assert cells[f"{name}_tests"]["points"] == EXERCISES[name].points, name
+    notebook = source_notebook(assignment)
+    cells = {grade_id(c): c for c in notebook.cells}
+    for name in exercises_of(notebook):
+        assert cells[tests_id(name)].metadata.nbgrader["points"] == EXERCISES[name].points, name
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_the_solution_passes_nbgrader_validate(assignment):
-    result = nbgrader("validate", str(REPO / "solutions" / assignment / f"{assignment}.ipynb"))
+    result = nbgrader("validate", str(notebook_path(SOLUTIONS, assignment)))
     assert "Success! Your notebook passes all the tests." in result.stdout, result.stdout
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_no_test_passes_on_the_untouched_student_version(assignment):
-    path = REPO / "notebooks" / assignment / f"{assignment}.ipynb"
+    path = notebook_path(REPO / "notebooks", assignment)
     result = nbgrader("validate", "--invert", str(path))
     assert "Success! The notebook does not pass any tests." in result.stdout, result.stdout
     hidden = [c.source for c in nbformat.read(path, 4).cells if "HIDDEN TESTS" in c.source]

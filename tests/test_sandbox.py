@@ -26,11 +26,12 @@ as_root = pytest.mark.skipif(os.geteuid() != 0, reason="only root can drop to an
 
 # One notebook graded in the sandbox, by whatever interpreter runs this.
 GRADE_ONE = """
-from grader.config import course_source
+from grader.config import SOLUTIONS
+from grader.course import notebook_path
 from grader.sandbox import Sandbox
 from grader.submission import grade_notebook
 
-path = course_source() / "01_layer_norm" / "01_layer_norm.ipynb"
+path = notebook_path(SOLUTIONS, "01_layer_norm")
 results = grade_notebook(path, "01_layer_norm", seed=0, sandbox=Sandbox())
 print(sum(r.score for r in results), "/", sum(r.max_score for r in results))
 """
@@ -163,7 +164,7 @@ def test_a_runner_that_cannot_start_is_refused_with_the_reason(monkeypatch):
     monkeypatch.setattr(
         grader.sandbox,
         "visible_paths",
-        lambda: [p for p in shown() if p != REPO / "grader"],
+        lambda keys: [p for p in shown(keys) if p != REPO / "grader"],
     )
     with pytest.raises(SandboxUnavailable) as refused:
         Sandbox()
@@ -176,7 +177,7 @@ def test_a_runner_that_cannot_start_is_refused_with_the_reason(monkeypatch):
 @needs_bwrap
 def test_an_answer_key_inside_a_folder_the_runner_sees_is_refused(monkeypatch):
     # As when the checkout lies in the virtualenv (pip install -e git+...: <venv>/src/<name>).
-    monkeypatch.setattr(grader.sandbox, "visible_paths", lambda: [Path("/usr"), REPO.parent])
+    monkeypatch.setattr(grader.sandbox, "visible_paths", lambda keys: [Path("/usr"), REPO.parent])
     answer_key = REPO / "solutions"
     with pytest.raises(SandboxUnavailable, match=f"the answer key {answer_key} lies inside"):
         Sandbox()

@@ -21,6 +21,7 @@ from grader.checks import batch_norm, layer_norm, placement, sequences
 from grader.checks.core import Exercise, Verdict, judge, plan
 from grader.checks.integrity import forbidden_uses, integrity_message
 from grader.checks.probe import call
+from grader.config import kernel_seed
 
 # One module per notebook, each exporting EXERCISES; an exercise's name is unique course-wide.
 EXERCISES: dict[str, Exercise] = {
@@ -80,7 +81,8 @@ def check(name: str, answer: Any) -> None:
 
 def grade(name: str, answer: Any) -> float:
     """Every check of exercise `name`; prints the feedback and returns the points earned."""
-    seed = int(os.environ.get("NORM_COURSE_SEED", "0"))
-    verdict = run(EXERCISES[name], answer, hidden=True, seed=seed, source=source_of(answer))
+    verdict = run(
+        EXERCISES[name], answer, hidden=True, seed=kernel_seed(), source=source_of(answer)
+    )
     print(verdict.render())
     return verdict.score
