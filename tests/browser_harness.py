@@ -1,0 +1,318 @@
+"""Driving JupyterLab in headless Chromium (Playwright for Python), for tests/test_browser.py:
+a JupyterLab server of its own, and what a person does in it (run cells, read their prompts,
+outputs and errors, open formgrader), each step waiting until the page has done it."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grader.course import grade_id
+
+CHROMIUM = Path("/usr/bin/chromium")
+# Debian's Chromium, not Playwright's own download (which cannot work offline); as root it needs
+# --no-sandbox, and nothing may reach the network.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+# User settings for the test servers: no news prompt over the notebook; every cell attached to the
+# DOM (the default windowing leaves off-screen cells out, and the tests read every cell).
+LAB_SETTINGS = {
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
+        "fetchNews": "false",
+        "checkForUpdates": False,
+    },
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+}
+
+# --- a JupyterLab server ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Lab:
+    root: Path
+    base: str
+    token: str
+    runtime: Path  # kernels' connection files: how their processes are found at the end
+    log: Path
+
+    def url(self, path: str) -> str:
+        """A page of `path`, in a workspace reset to it alone (the server keeps the last page's
+        layout, and would reopen an earlier test's notebooks and start their kernels)."""
+        return f"{self.base}/{path}?token={self.token}&reset"
+
+    def api(self, path: str, method: str = "GET"):
+        request = urllib.request.Request(
+            f"{self.base}/api/{path}",
+            method=method,
+            headers={"Authorization": f"token {self.token}"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            body = response.read()
+        return json.loads(body) if body else None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_lab_settings(folder: Path) -> Path:
+    for name, settings in LAB_SETTINGS.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(settings))
+    return folder
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Pids whose command line contains `text` (kernels name their connection file in it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if text.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:  # ended meanwhile
+            continue
+    return found
+
+
+def wait_until_serving(lab: Lab, process: subprocess.Popen, seconds: float = 90) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(
+                f"jupyter lab exited ({process.returncode}):\n{lab.log.read_text()[-3000:]}"
+            )
+        try:
+            lab.api("status")
+            return
+        except (urllib.error.URLError, ConnectionError):
+            time.sleep(0.5)
+    pytest.fail(f"jupyter lab did not answer within {seconds} s:\n{lab.log.read_text()[-3000:]}")
+
+
+def stop_process_group(process: subprocess.Popen) -> None:
+    """SIGTERM lets the server shut its kernels down; SIGKILL whatever does not end."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+    try:  # the server's own children (terminals, language servers) share its group
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@contextmanager
+def running_lab(root: Path, state: Path) -> Iterator[Lab]:
+    """`jupyter lab` serving `root` on a free port with a random token, started in `root` (nbgrader
+    reads nbgrader_config.py from the working directory), its own session so it and its children
+    are stopped together; fails if any of its kernels outlives it."""
+    state.mkdir(parents=True, exist_ok=True)
+    bin_dir = Path(sys.executable).parent
+    lab = Lab(
+        root=root,
+        base=f"http://127.0.0.1:{free_port()}",
+        token=secrets.token_hex(16),
+        runtime=state / "runtime",
+        log=state / "jupyter.log",
+    )
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",  # this venv's kernel
+        "JUPYTER_RUNTIME_DIR": str(lab.runtime),
+        "JUPYTER_CONFIG_DIR": str(state / "config"),  # no personal ~/.jupyter settings
+    }
+    command = [
+        str(bin_dir / "jupyter"),
+        "lab",
+        "--no-browser",
+        f"--ServerApp.token={lab.token}",
+        f"--port={lab.base.rsplit(':', 1)[1]}",
+        "--ServerApp.port_retries=0",
+        f"--ServerApp.root_dir={root}",
+        "--ServerApp.allow_root=True",  # CI runs as root
+        f"--LabApp.user_settings_dir={write_lab_settings(state / 'settings')}",
+        f"--LabApp.workspaces_dir={state / 'workspaces'}",
+    ]
+    with lab.log.open("w") as log:
+        process = subprocess.Popen(
+            command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        wait_until_serving(lab, process)
+        yield lab
+    finally:
+        stop_process_group(process)
+        left = processes_mentioning(str(lab.runtime))
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        assert not left, f"processes outlived jupyter lab: {left}"
+
+
+def end_sessions(lab: Lab) -> None:
+    """Each test's notebooks' kernels end with it (torch in each holds a few hundred MB)."""
+    for session in lab.api("sessions"):
+        lab.api(f"sessions/{session['id']}", method="DELETE")
+
+
+# --- JupyterLab, as a person uses it ---------------------------------------------------------
+
+
+def screenshot(page, folder: Path, name: str, element=None) -> None:
+    """The page as a person sees it, with `element` scrolled into view. Taken before the
+    assertions on it, so a failing step leaves its picture too."""
+    if element is not None:
+        element.scroll_into_view_if_needed()
+    page.screenshot(path=folder / f"{name}.png")
+
+
+NOTEBOOK = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+# Kernel started and idle, and no cell queued or running ("[*]").
+IDLE = """() => {
+  const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+  if (!panel) return false;
+  const indicator = panel.querySelector('.jp-Notebook-ExecutionIndicator');
+  const kernel = panel.querySelector('.jp-KernelName');
+  const running = [...panel.querySelectorAll('.jp-InputPrompt')]
+    .some(p => p.textContent.includes('*'));
+  return indicator?.dataset.status === 'idle' && kernel
+    && !kernel.textContent.includes('No Kernel') && !running;
+}"""
+# The cell's prompt shows an execution count, and a new one when it was run before.
+HAS_RUN = """([index, before]) => {
+  const cell = document.querySelectorAll(
+    '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell')[index];
+  const prompt = cell?.querySelector('.jp-InputPrompt')?.textContent ?? '';
+  return /\\[\\d+\\]/.test(prompt) && prompt !== before;
+}"""
+# Per cell: code or not, its prompt, its red (stderr/error) text, its rendered images.
+CELL_STATES = """cells => cells.map(cell => ({
+  code: cell.classList.contains('jp-CodeCell'),
+  prompt: cell.querySelector('.jp-InputPrompt')?.textContent ?? '',
+  red: [...cell.querySelectorAll('[data-mime-type="application/vnd.jupyter.stderr"]')]
+    .map(e => e.textContent).join('\\n'),
+  images: [...cell.querySelectorAll('.jp-RenderedImage img')].filter(i => i.naturalWidth > 0)
+    .length,
+}))"""
+
+
+def cells(page):
+    return page.locator(f"{NOTEBOOK} .jp-Notebook .jp-Cell")
+
+
+def cell_states(page) -> list[dict]:
+    return cells(page).evaluate_all(CELL_STATES)
+
+
+def menu(page, title: str, command: str) -> None:
+    page.locator("#jp-menu-panel .lm-MenuBar-item", has_text=title).first.click()
+    page.locator(f"li.lm-Menu-item[data-command='{command}']").click()
+
+
+def wait_until_idle(page) -> None:
+    page.wait_for_function(IDLE, polling=250, timeout=120_000)
+
+
+def prompt(page, index: int) -> str:
+    return cells(page).nth(index).locator(".jp-InputPrompt").inner_text()
+
+
+def wait_until_ran(page, index: int, before: str = "") -> None:
+    """Until cell `index` has run (again, if its prompt read `before`) and the kernel is idle."""
+    page.wait_for_function(HAS_RUN, arg=[index, before], polling=250, timeout=120_000)
+    wait_until_idle(page)
+
+
+def open_notebook(page, lab: Lab, path: str) -> None:
+    page.goto(lab.url(f"lab/tree/{path}"))
+    cells(page).first.wait_for()
+    wait_until_idle(page)
+
+
+def unrun_code_cells(page) -> list[int]:
+    return [i for i, c in enumerate(cell_states(page)) if c["code"] and "[ ]" in c["prompt"]]
+
+
+def run_all(page) -> None:
+    first_code = next(i for i, c in enumerate(cell_states(page)) if c["code"])
+    menu(page, "Run", "runmenu:run-all")
+    wait_until_ran(page, first_code)
+
+
+def run_all_past_every_error(page) -> None:
+    """Run All stops at the first cell that raises (the kernel drops the rest of the queue), as
+    it does for a student; who then runs on from the next cell. Repeated to the notebook's end."""
+    run_all(page)
+    for _ in range(cells(page).count()):
+        left = unrun_code_cells(page)
+        if not left:
+            return
+        cells(page).nth(left[0]).locator(".jp-InputPrompt").click()
+        menu(page, "Run", "notebook:run-all-below")
+        wait_until_ran(page, left[0])
+    pytest.fail(f"cells still not run: {unrun_code_cells(page)}")
+
+
+def cell_index(notebook: nbformat.NotebookNode, name: str) -> int:
+    """The position of the cell nbgrader names `name` (its grade_id) in `notebook`."""
+    return [grade_id(c) for c in notebook.cells].index(name)
+
+
+def assert_math_typeset(page, index: int) -> None:
+    rendered = cells(page).nth(index).locator(".jp-RenderedMarkdown")
+    assert rendered.locator("mjx-container").count() > 0, "no MathJax output in the formula cell"
+    assert "\\frac" not in rendered.inner_text() and "$" not in rendered.inner_text(), (
+        "TeX source shown instead of typeset math"
+    )
+
+
+# --- formgrader ------------------------------------------------------------------------------
+
+
+def open_formgrader(page, lab: Lab):
+    """JupyterLab's Nbgrader menu → Formgrader, which opens formgrader in an iframe."""
+    page.goto(lab.url("lab"))
+    menu(page, "Nbgrader", "nbgrader:open-formgrader")
+    frame = page.wait_for_selector("#jp-main-dock-panel iframe").content_frame()
+    frame.wait_for_url("**/formgrader/manage_assignments")
+    return frame
+
+
+def table_column(frame, css: str) -> list[str]:
+    """One column of formgrader's table, once its rows (fetched after the page) are in."""
+    frame.locator(f"tbody td{css}").first.wait_for(state="attached")
+    return [t.strip() for t in frame.locator(f"tbody td{css}").all_inner_texts()]
+
+
+def score(text: str) -> tuple[float, float]:
+    got, out_of = text.split("/")
+    return float(got), float(out_of)
