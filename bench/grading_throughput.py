@@ -459,11 +459,41 @@ def breakdown_rows(work: Path, repeats: int) -> list[list[object]]:
 # --- one class, every system ---------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class System:
+    """One way of grading the class: stock nbgrader, or ours with its options."""
+
+    stock: bool = False
+    jobs: int = 0  # ours: --jobs
+    sandboxed: bool = False  # ours: in bubblewrap, or --unsafe-no-sandbox
+
+    @property
+    def name(self) -> str:
+        if self.stock:
+            return "stock nbgrader autograde"
+        isolation = "(bubblewrap sandbox)" if self.sandboxed else "--unsafe-no-sandbox"
+        return f"ours --jobs {self.jobs} {isolation}"
+
+    @property
+    def folder(self) -> str:
+        """The name of its course folders, one per run."""
+        if self.stock:
+            return "stock"
+        return f"ours-j{self.jobs}-{'sandbox' if self.sandboxed else 'unsafe'}"
+
+
+STOCK = System(stock=True)
+
+
 @dataclass
 class SystemRuns:
-    name: str
+    system: System
     runs: list[list[Measured]] = field(default_factory=list)  # per run: one or more commands
     roots: list[Path] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.system.name
 
     def seconds(self) -> list[float]:
         return [sum(m.seconds for m in run) for run in self.runs]
@@ -472,13 +502,10 @@ class SystemRuns:
         return any(m.returncode != 0 for run in self.runs for m in run)
 
 
-def ours_configs(sandbox: bool) -> list[tuple[str, int, bool]]:
-    configs = []
-    for jobs in (1, 2):
-        if sandbox:
-            configs.append((f"ours --jobs {jobs} (bubblewrap sandbox)", jobs, True))
-        configs.append((f"ours --jobs {jobs} --unsafe-no-sandbox", jobs, False))
-    return configs
+def ours_configs(sandbox: bool) -> list[System]:
+    """Ours with one job and with two, sandboxed (when bubblewrap is there) and not."""
+    isolations = (True, False) if sandbox else (False,)
+    return [System(jobs=jobs, sandboxed=boxed) for jobs in (1, 2) for boxed in isolations]
 
 
 def grade_class(
@@ -487,29 +514,29 @@ def grade_class(
     work: Path,
     runs: int,
     stock_runs: int,
-    configs: list[tuple[str, int, bool]],
+    configs: list[System],
 ) -> list[SystemRuns]:
     """Every system on the class, interleaved (run 1 of each, then run 2 of each, ...) so that a
     change in the machine's load falls on all of them rather than on whichever ran last."""
-    stock = SystemRuns("stock nbgrader autograde")
-    ours = {name: SystemRuns(name) for name, _, _ in configs}
+    stock = SystemRuns(STOCK)
+    ours = {system: SystemRuns(system) for system in configs}
     for i in range(max(runs, stock_runs)):
         if i < stock_runs:
             progress(f"{label}: stock nbgrader, run {i + 1}/{stock_runs}")
-            root = work / f"stock-{i}"
+            root = work / f"{STOCK.folder}-{i}"
             stock.runs.append(run_stock(submissions, root))
             stock.roots.append(root)
-        for name, jobs, sandboxed in configs if i < runs else []:
-            progress(f"{label}: {name}, run {i + 1}/{runs}")
-            root = work / f"ours-j{jobs}-{'sandbox' if sandboxed else 'unsafe'}-{i}"
-            ours[name].runs.append([run_ours(submissions, root, jobs, sandboxed)])
-            ours[name].roots.append(root)
+        for system in configs if i < runs else []:
+            progress(f"{label}: {system.name}, run {i + 1}/{runs}")
+            root = work / f"{system.folder}-{i}"
+            ours[system].runs.append([run_ours(submissions, root, system.jobs, system.sandboxed)])
+            ours[system].roots.append(root)
     return ([stock] if stock_runs else []) + list(ours.values())
 
 
 def throughput_rows(systems: list[SystemRuns], items: int) -> list[list[object]]:
     """One row per system: seconds per student × notebook, ratio to stock, memory, load."""
-    stock = next((s for s in systems if s.name.startswith("stock")), None)
+    stock = _stock(systems)
     stock_median = statistics.median(stock.seconds()) if stock else None
     rows = []
     for system in systems:
@@ -529,6 +556,10 @@ def throughput_rows(systems: list[SystemRuns], items: int) -> list[list[object]]
             ]
         )
     return rows
+
+
+def _stock(systems: list[SystemRuns]) -> SystemRuns | None:
+    return next((s for s in systems if s.system.stock), None)
 
 
 def _all(system: SystemRuns) -> list[Measured]:
@@ -594,8 +625,8 @@ def stock_errors(stock: SystemRuns) -> dict[tuple[str, str], list[str]]:
 def compare_scores(systems: list[SystemRuns], students: list[str]) -> list[str]:
     """Markdown: whether every system recorded the same per-cell scores as stock nbgrader."""
     out = []
-    stock = next((s for s in systems if s.name.startswith("stock")), None)
-    ours = [s for s in systems if not s.name.startswith("stock")]
+    stock = _stock(systems)
+    ours = [s for s in systems if not s.system.stock]
     reference_scores = recorded_scores(ours[0].roots[0], students)
     for system in ours:  # ours must agree with itself, run after run, sandboxed or not
         for root in system.roots:
@@ -628,7 +659,7 @@ def compare_scores(systems: list[SystemRuns], students: list[str]) -> list[str]:
 
 def report_class(
     title: str, systems: list[SystemRuns], students: list[str], show_students: bool
-) -> dict[str, float]:
+) -> dict[System, float]:
     items = len(students) * len(assignments())
     print(f"### {title}: {len(students)} students × {len(assignments())} notebooks = {items}\n")
     print(markdown_table(THROUGHPUT_HEADER, throughput_rows(systems, items)))
@@ -639,8 +670,8 @@ def report_class(
         for problem in sorted({line for m in _all(system) for line in _problems(m)}):
             print(f"- {system.name}: {problem}")
     print()
-    medians = {s.name: statistics.median(s.seconds()) for s in systems}
-    stock = next((s for s in systems if s.name.startswith("stock")), None)
+    medians = {s.system: statistics.median(s.seconds()) for s in systems}
+    stock = _stock(systems)
     if stock and show_students:
         rows, startup = stock_student_table(stock, students)
         print(
@@ -652,11 +683,11 @@ def report_class(
     return medians
 
 
-def sandbox_overhead_rows(medians: dict[str, float], items: int) -> list[list[object]]:
+def sandbox_overhead_rows(medians: dict[System, float], items: int) -> list[list[object]]:
     rows = []
     for jobs in (1, 2):
-        boxed = medians.get(f"ours --jobs {jobs} (bubblewrap sandbox)")
-        bare = medians.get(f"ours --jobs {jobs} --unsafe-no-sandbox")
+        boxed = medians.get(System(jobs=jobs, sandboxed=True))
+        bare = medians.get(System(jobs=jobs, sandboxed=False))
         if boxed is None or bare is None:
             continue
         rows.append(
@@ -718,10 +749,8 @@ def report_demo(args: argparse.Namespace, work: Path, sandbox: bool) -> None:
     looping = [s for s in students if s == "gus"]
     if looping:
         report_without(args, work, sandbox, systems, students, looping)
-    stock = medians.get("stock nbgrader autograde")
-    boxed = medians.get("ours --jobs 2 (bubblewrap sandbox)") or medians.get(
-        "ours --jobs 2 --unsafe-no-sandbox"
-    )
+    stock = medians.get(STOCK)
+    boxed = medians.get(System(jobs=2, sandboxed=True)) or medians.get(System(jobs=2))
     if stock and boxed:
         ratio = stock / boxed
         verdict = "**met**" if ratio >= 4 else "**not met**"
@@ -752,7 +781,7 @@ def report_without(
         configs,
     )
     items = len(kept) * len(assignments())
-    stock = next((s for s in systems if s.name.startswith("stock")), None)
+    stock = _stock(systems)
     rows = []
     stock_median = None
     if stock:
@@ -793,7 +822,7 @@ def report_generated(args: argparse.Namespace, work: Path, sandbox: bool) -> Non
     profiles = generated_profiles(args.students)
     submissions = write_class(work / "generated" / "submissions", profiles)
     students = sorted(profiles)
-    configs = [c for c in ours_configs(sandbox) if c[2] == sandbox]  # as an instructor would run
+    configs = [c for c in ours_configs(sandbox) if c.sandboxed == sandbox]  # as an instructor runs
     systems = grade_class(
         "generated", submissions, work / "generated", args.generated_runs, 0, configs
     )
@@ -832,17 +861,18 @@ def report_generated(args: argparse.Namespace, work: Path, sandbox: bool) -> Non
         if rows:
             header = ["student", "profile", "notebook", "stock total", "ours total", "cause"]
             print(markdown_table(header, rows) + "\n")
-    rows = []
+    rows, overheads = [], {}
     code = mean_student_code_seconds(profiles)
     for system in systems:
         median = statistics.median(system.seconds())
+        overheads[system.system] = median / items - code
         ratio = f"{stock_seconds / median:.1f}× (vs extrapolated stock)" if stock_seconds else "—"
         rows.append(
             [
                 system.name,
                 f"{median / items:.2f}",
                 f"{code:.3f}",
-                f"{median / items - code:.2f}",
+                f"{overheads[system.system]:.2f}",
                 ratio,
             ]
         )
@@ -860,12 +890,12 @@ def report_generated(args: argparse.Namespace, work: Path, sandbox: bool) -> Non
     )
     header = ["phase", "s per notebook", "load (1 min)"]
     print(markdown_table(header, breakdown_rows(work / "breakdown", 3)))
-    jobs1 = next((r for r in rows if "--jobs 1" in r[0]), None)
+    jobs1 = next((s for s in overheads if s.jobs == 1), None)
     if jobs1:
-        verdict = "**met**" if float(jobs1[3]) < 1.5 else "**not met**"
+        verdict = "**met**" if overheads[jobs1] < 1.5 else "**not met**"
         print(
-            f"\nTarget overhead < 1.5 s per student × notebook (--jobs 1): {jobs1[3]} s — "
-            f"{verdict}\n"
+            f"\nTarget overhead < 1.5 s per student × notebook (--jobs 1): "
+            f"{overheads[jobs1]:.2f} s — {verdict}\n"
         )
 
 
