@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 
 import nbformat
+from nbgrader.utils import is_solution
 
 from grader.checks import EXERCISES
 from grader.config import SOLUTIONS
@@ -153,25 +154,24 @@ def restore_metadata(submitted: nbformat.NotebookNode, source: nbformat.Notebook
     present = {grade_id(c) for c in submitted.cells} - {""}
     restored = 0
     for cell in source.cells:
-        name = grade_id(cell)
-        if not name or name in present:
+        if not grade_id(cell) or grade_id(cell) in present:
             continue
-        meta = cell.metadata["nbgrader"]
-        if meta.get("solution") and cell.cell_type == "code":
-            found = answer_cell(submitted, name)
-            candidates = [] if found is None or grade_id(found) else [found]
-        else:
-            candidates = [
-                c
-                for c in submitted.cells
-                if not grade_id(c)
-                and c.cell_type == cell.cell_type
-                and c.source.strip() == _visible_part(cell.source)
-            ][:1]
-        for candidate in candidates:
-            candidate.metadata["nbgrader"] = dict(meta)
+        match = _stripped(submitted, cell)
+        if match is not None:
+            match.metadata["nbgrader"] = dict(cell.metadata["nbgrader"])
             restored += 1
     return restored
+
+
+def _stripped(submitted: nbformat.NotebookNode, cell: nbformat.NotebookNode):
+    """The untagged cell of `submitted` that is the source's `cell`, or None: for an answer, the
+    cell grading reads; for any other cell, the first with its text as the student saw it."""
+    if is_solution(cell) and cell.cell_type == "code":
+        found = answer_cell(submitted, grade_id(cell))
+        return None if found is None or grade_id(found) else found
+    visible = _visible_part(cell.source)
+    untagged = (c for c in submitted.cells if not grade_id(c) and c.cell_type == cell.cell_type)
+    return next((c for c in untagged if c.source.strip() == visible), None)
 
 
 def _visible_part(source: str) -> str:

@@ -238,17 +238,14 @@ def grade_notebooks(
     sandbox: Sandbox | None = None,
     hidden: bool = True,
     scratch: Path | None = None,
-    source: Path = SOLUTIONS,
 ) -> list[list[ExerciseResult]]:
-    """One student's notebooks (path, assignment), read and graded (see grade_submissions).
+    """One student's notebooks (path, assignment), read and graded against the checkout's
+    course source (see grade_submissions).
 
     The visible checks alone (`grader check`) take the exercises and the imports cell from the
     student release, so they run where the course source (the answer key) is not installed.
-
-    Args:
-        source: the course source whose hidden checks grade (`hidden`).
     """
-    folder = source if hidden else RELEASE
+    folder = SOLUTIONS if hidden else RELEASE
     submissions = [Submission.read(path, assignment, folder) for path, assignment in notebooks]
     return grade_submissions(submissions, seed, limits, sandbox, hidden, scratch)
 
