@@ -57,9 +57,9 @@ from grader.checks.probe import load_answer
 from grader.config import CELL_SECONDS, SEED_VARIABLE, assignments, use_this_environment
 from grader.course import Course, grade_id, notebook_path, tests_id
 from grader.demo import PROFILES, Profile, write_class
-from grader.notebook import answer_source, exercises_of, setup_code, source_notebook
+from grader.notebook import Submission, answer_source, exercises_of, setup_code, source_notebook
 from grader.sandbox import available as sandbox_available
-from grader.submission import grade_notebooks
+from grader.submission import grade_submissions
 
 try:  # psutil comes with jupyter's dependencies; without it only the largest process is known
     import psutil
@@ -413,9 +413,9 @@ def runner_startup_seconds() -> float:
 def one_student_seconds(work: Path, student: str) -> tuple[float, float]:
     """One correct student, unsandboxed, in this process: (grading only, grading + recording)."""
     submissions = write_class(work / "submissions", {student: PROFILES[student]})
-    tasks = [(notebook_path(submissions / student, a), a) for a in assignments()]
     start = time.perf_counter()
-    grade_notebooks(tasks, SEED)
+    read = [Submission.read(notebook_path(submissions / student, a), a) for a in assignments()]
+    grade_submissions(read, SEED)
     graded = time.perf_counter() - start
     course = Course(work / "course")
     prepare(course)  # registering the assignments is not part of grading, as for both systems

@@ -227,27 +227,14 @@ def grade_notebook(
     sandbox: Sandbox | None = None,
     hidden: bool = True,
 ) -> list[ExerciseResult]:
-    """Every exercise of `assignment` in the notebook at `path`, in the notebook's order."""
-    return grade_notebooks([(path, assignment)], seed, limits, sandbox, hidden)[0]
-
-
-def grade_notebooks(
-    notebooks: list[tuple[Path, str]],
-    seed: int,
-    limits: Limits = DEFAULT_LIMITS,
-    sandbox: Sandbox | None = None,
-    hidden: bool = True,
-    scratch: Path | None = None,
-) -> list[list[ExerciseResult]]:
-    """One student's notebooks (path, assignment), read and graded against the checkout's
-    course source (see grade_submissions).
+    """Every exercise of `assignment` in the notebook at `path`, in the notebook's order, graded
+    against the checkout's course source.
 
     The visible checks alone (`grader check`) take the exercises and the imports cell from the
     student release, so they run where the course source (the answer key) is not installed.
     """
-    folder = SOLUTIONS if hidden else RELEASE
-    submissions = [Submission.read(path, assignment, folder) for path, assignment in notebooks]
-    return grade_submissions(submissions, seed, limits, sandbox, hidden, scratch)
+    submission = Submission.read(path, assignment, SOLUTIONS if hidden else RELEASE)
+    return grade_submissions([submission], seed, limits, sandbox, hidden)[0]
 
 
 def grade_submissions(

@@ -16,7 +16,7 @@ from grader.demo import PROFILES, expected_scores, write_class
 from grader.notebook import Submission, answer_source, exercises_of, source_notebook
 from grader.report import leaks_hidden_tests, scores, write_csv, write_feedback
 from grader.sandbox import Sandbox, available
-from grader.submission import Limits, grade_notebooks, grade_submissions
+from grader.submission import Limits, grade_submissions
 
 LIMITS = Limits(wall_seconds=10)  # the looping student costs this much per notebook
 
@@ -125,8 +125,8 @@ def test_the_sandbox_changes_no_score(graded):
     submissions, course, _ = graded
 
     def regrade(student: str) -> tuple[str, list]:
-        paths = [(notebook_path(submissions / student, a), a) for a in assignments()]
-        return student, grade_notebooks(paths, SEED, LIMITS)
+        read = [Submission.read(notebook_path(submissions / student, a), a) for a in assignments()]
+        return student, grade_submissions(read, SEED, LIMITS)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         for student, unsandboxed in pool.map(regrade, sorted(PROFILES)):
