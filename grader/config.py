@@ -33,6 +33,7 @@ EXERCISE_CPU_SECONDS = 60
 EXERCISE_FILE_MB = 64
 # Per sandbox uid: processes and threads a student's code may hold.
 SANDBOX_PROCESSES = 64
+SANDBOX_TMP_BYTES = 256 << 20  # the sandbox's private /tmp
 # Seconds nbgrader's own Execute may run one cell (`nbgrader autograde`, `nbgrader validate`).
 CELL_SECONDS = 60
 

@@ -31,12 +31,11 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from grader.config import REPO, SOLUTIONS, assignments
+from grader.config import REPO, SANDBOX_TMP_BYTES, SOLUTIONS, assignments
 
 # Above every range that distributions, systemd, container tools and directory services (sssd,
 # FreeIPA) hand out, so no real user's files or keyring are shared; no passwd entry is needed.
 UIDS = range(1 << 31, (1 << 32) - (1 << 16))
-TMP_BYTES = 256 << 20
 # The system as the dynamic loader and the interpreter need it; each is a folder, a file or a
 # link (/lib -> usr/lib on merged-/usr distributions), bound or mirrored where it exists.
 SYSTEM = (
@@ -167,7 +166,7 @@ class Sandbox:
             "bwrap",
             "--dev", "/dev",
             "--proc", "/proc",
-            "--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", "/tmp",
+            "--perms", "1777", "--size", str(SANDBOX_TMP_BYTES), "--tmpfs", "/tmp",
             "--unshare-net",
             "--unshare-pid",
             "--unshare-ipc",
