@@ -136,7 +136,6 @@ def fingerprint(task: Task, course: Course) -> str:
 def prepare(course: Course) -> None:
     """Put every assignment in the gradebook (nbgrader's generate_assignment), once per source."""
     use_this_environment()
-    course.root.mkdir(parents=True, exist_ok=True)  # nbgrader works from there
     api = course.api()
     for assignment in assignments():
         _stop_point()

@@ -152,12 +152,13 @@ def _graded_course(root: Path):
     """The course `grader autograde` made at `root`; anything else is refused, creating nothing."""
     from grader.course import Course, holds_data
 
-    course = Course(root)
-    if not holds_data(course.gradebook):
+    gradebook = root / "gradebook.db"
+    if not holds_data(gradebook):
         raise UsageError(
-            f"{root} is not a graded course ({course.gradebook} is missing or empty): "
+            f"{root} is not a graded course ({gradebook} is missing or empty): "
             f"run `grader autograde SUBMISSIONS --course {root}` first"
         )
+    course = Course(root)
     problem = course.gradebook_problem()
     if problem:
         raise UsageError(f"{problem}: restore it, or run `grader autograde --force`")

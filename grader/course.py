@@ -191,14 +191,15 @@ def checked_source(folder: Path | None) -> Path:
 
 @dataclass
 class Course:
-    """A grading working directory (gradebook, staged submissions, results, feedback) and the
-    course source its submissions are graded against. Nothing is created until a run locks it."""
+    """A grading working directory (gradebook, staged submissions, results, feedback), made if
+    missing, and the course source its submissions are graded against."""
 
     root: Path
     source: Path = SOLUTIONS
 
     def __post_init__(self) -> None:
         self.root = self.root.resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
         self.results = self.root / "results"
         self.staged = self.root / "submitted"
         self.release = self.root / "release"  # nbgrader's generate_assignment writes here
@@ -242,7 +243,6 @@ class Course:
     @contextmanager
     def lock(self) -> Iterator[None]:
         """Hold the course for one run; the kernel releases it when the process dies, however."""
-        self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / "autograde.lock"
         with path.open("a") as handle:
             try:
