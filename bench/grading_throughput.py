@@ -55,7 +55,7 @@ from grader.checks import EXERCISES
 from grader.checks.core import outputs_of, plan
 from grader.checks.probe import load_answer
 from grader.config import CELL_SECONDS, SEED_VARIABLE, assignments, use_this_environment
-from grader.course import Course, grade_id, notebook_path, tests_id
+from grader.course import Course, grade_id, grade_id_of_tests, notebook_path
 from grader.demo import PROFILES, Profile, write_class
 from grader.notebook import Submission, answer_source, exercises_of, setup_code, source_notebook
 from grader.sandbox import available as sandbox_available
@@ -318,7 +318,7 @@ def stock_cell_output(root: Path, student: str, assignment: str, exercise: str) 
         return "no autograded notebook"
     notebook = nbformat.read(path, as_version=4)
     for cell in notebook.cells:
-        if grade_id(cell) == tests_id(exercise):
+        if grade_id(cell) == grade_id_of_tests(exercise):
             for output in cell.get("outputs", []):
                 if output.output_type == "error":
                     return f"{output.ename}: {str(output.evalue)[:80]}".rstrip(": ")

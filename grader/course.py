@@ -67,7 +67,7 @@ def is_test_cell(cell: NotebookNode) -> bool:
     return cell.cell_type == "code" and bool(is_grade(cell)) and not is_solution(cell)
 
 
-def tests_id(exercise: str) -> str:
+def grade_id_of_tests(exercise: str) -> str:
     """The grade_id of `exercise`'s test cell (nbgrader's name for its score)."""
     return exercise + TEST_SUFFIX
 

@@ -48,7 +48,7 @@ from browser_harness import (
 from grader.autograde import autograde
 from grader.checks import EXERCISES
 from grader.config import REPO, SOLUTIONS, assignments
-from grader.course import Course, notebook_path, tests_id
+from grader.course import Course, grade_id_of_tests, notebook_path
 from grader.demo import PROFILES, write_class
 from grader.notebook import answer_source, exercises_of, source_notebook
 
@@ -176,7 +176,8 @@ def test_running_a_notebook_shows_each_stub_and_renders_the_rest(
 ):
     path = lab_path(release_copy, FULL_RUN)
     release = nbformat.read(student_lab.root / path, as_version=4)
-    stubs = {cell_index(release, tests_id(e)): e for e in exercises_of(source_notebook(FULL_RUN))}
+    exercises = exercises_of(source_notebook(FULL_RUN))
+    stubs = {cell_index(release, grade_id_of_tests(e)): e for e in exercises}
     open_notebook(page, student_lab, path)
     run_all_past_every_error(page)
 
@@ -207,7 +208,7 @@ def test_answering_an_exercise_passes_its_checks_and_validate_says_what_is_left(
     path = lab_path(release_copy, FULL_RUN)
     release = nbformat.read(student_lab.root / path, as_version=4)
     answer_cell = cell_index(release, ANSWERED)
-    checks_cell = cell_index(release, tests_id(ANSWERED))
+    checks_cell = cell_index(release, grade_id_of_tests(ANSWERED))
     open_notebook(page, student_lab, path)
     run_all(page)  # stops at ANSWERED's checks, with the imports run
 
@@ -247,7 +248,7 @@ def test_every_other_notebook_runs_to_its_first_exercise(
     path = lab_path(release_copy, assignment)
     release = nbformat.read(student_lab.root / path, as_version=4)
     first = exercises_of(source_notebook(assignment))[0]
-    stop = cell_index(release, tests_id(first))
+    stop = cell_index(release, grade_id_of_tests(first))
     open_notebook(page, student_lab, path)
     run_all(page)
 
@@ -339,7 +340,7 @@ def test_formgrader_shows_a_students_scores_and_diagnosis(page, instructor_lab, 
 
     row.locator("a.name-shown").click()
     frame.wait_for_url("**/formgrader/submissions/**")
-    box = frame.locator(f"input.score#{tests_id(ANSWERED)}")
+    box = frame.locator(f"input.score#{grade_id_of_tests(ANSWERED)}")
     cell = frame.locator("div.cell", has=box)
     feedback = cell.locator(".output_area").first
     screenshot(page, screenshots, f"instructor-5-{student}-{ANSWERED}-diagnosis", cell)
