@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from grader.checks import EXERCISES
+from grader.checks.integrity import forbidden_uses
 from grader.checks.library import NORMALIZATIONS
 from grader.config import REPO
 
@@ -326,3 +327,20 @@ def test_every_function_of_the_reference_module_is_in_the_table():
         if inspect.isfunction(f) and f.__module__ == functional.__name__
     }
     assert defined <= set(EXERCISES["layer_norm"].forbidden.python)
+
+
+# The same routes written out in the answer: the scan, in the grader's process, refuses them
+# before anything runs (what it cannot read, the block above stops).
+NAMED = {
+    "a sibling norm": "y = F.instance_norm(x[None])",
+    "norm_utils' private helper": "mean, var = nu.functional._moments(x, (-1,))",
+    "torch._refs": "y = torch._refs._normalize(x, (-1,), eps)",
+    "torch._decomp imported": "from torch._decomp import decompositions",
+    "torch._refs by its module's name": "refs = sys.modules['torch._refs']",
+}
+
+
+@pytest.mark.parametrize("route", sorted(NAMED))
+def test_the_source_scan_refuses_the_routes_it_can_read(route):
+    source = f"def layer_norm(x, s, w=None, b=None, eps=1e-5):\n    {NAMED[route]}\n    return x\n"
+    assert forbidden_uses(source, EXERCISES["layer_norm"])

@@ -181,8 +181,8 @@ def block(operators: Iterable[str] = (), python: Iterable[str] = ()) -> None:
         python: dotted paths of pure-Python functions ("norm_utils.functional._moments").
     """
     operators = tuple(operators)
-    targets = _python_implementations(operators)
-    targets.update({path: _resolve(path) for path in python})
+    targets = {path: _resolve(path) for path in python}  # imports their modules first, so the
+    targets.update(_python_implementations(operators))  # decompositions they register are seen
     for path, function in targets.items():
         _poison_chain(function, path)
     _block_operators(operators)
