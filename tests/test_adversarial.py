@@ -24,6 +24,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbgrader.api import Gradebook
+from test_sandbox import make_venv, python_anyone_can_run
 
 from grader.autograde import Course, autograde
 from grader.config import REPO
@@ -506,6 +507,80 @@ def test_nothing_a_runner_leaves_reaches_the_next(two_runs, what, between):
     first, second = two_runs
     run_in(first, leave)
     assert run_in(first if between == "students" else second, find) == 0
+
+
+# The same, grading as an ordinary user: no uid of its own per runner, so what keeps students
+# apart is bubblewrap's namespaces alone. One more thing to find: another student's job folder,
+# which belongs to the same uid.
+AS_A_USER = """
+import json, subprocess, sys, tempfile
+from pathlib import Path
+
+from grader.sandbox import Sandbox
+
+left_behind, other_job = json.loads(sys.stdin.read())
+first, second = Sandbox(), Sandbox()
+
+
+def run_in(sandbox, code):
+    with tempfile.TemporaryDirectory(prefix="grade-") as job:
+        command = sandbox.command([sys.executable, "-c", code], Path(job))
+        return subprocess.run(command, capture_output=True, timeout=60).returncode
+
+
+found = {}
+for what, (leave, find) in left_behind.items():
+    for between, later in (("students", first), ("runs", second)):
+        run_in(first, leave)
+        found[f"{what} between {between}"] = run_in(later, find)
+with tempfile.TemporaryDirectory(prefix="grade-") as job:  # a classmate's, being graded
+    Path(job, "job.json").write_text("answers")
+    found["another student's job"] = run_in(first, other_job.format(job=job))
+print(json.dumps(found))
+"""
+OTHER_JOB = (
+    "import glob, os\n\n"
+    "siblings = glob.glob(os.path.join(os.path.dirname(os.getcwd()), 'grade-*'))\n"
+    "exit(3 if os.path.exists({job!r}) or siblings != [os.getcwd()] else 0)"
+)
+
+
+@pytest.fixture(scope="module")
+def as_a_user() -> dict[str, int]:
+    if os.geteuid() != 0:
+        pytest.skip("only root can become an ordinary user")
+    user = 4242  # no passwd entry is needed
+    base = python_anyone_can_run(user)
+    if base is None:
+        pytest.skip(f"no Python {sys.version_info[:2]} that an ordinary user may run")
+    with tempfile.TemporaryDirectory() as scratch:  # pytest's own folders are root's alone
+        Path(scratch).chmod(0o755)
+        home = Path(scratch) / "home"
+        home.mkdir(mode=0o750)
+        python = make_venv(home / ".venvs" / "course", [], base)
+        for path in [home, *home.rglob("*")]:
+            os.chown(path, user, user, follow_symlinks=False)
+        drop = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]
+        done = subprocess.run(
+            [*drop, str(python), "-c", AS_A_USER],
+            input=json.dumps([LEFT_BEHIND, OTHER_JOB]),
+            cwd=home,
+            env={"PATH": os.environ["PATH"], "HOME": str(home)},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    "what",
+    [f"{w} between {b}" for w in sorted(LEFT_BEHIND) for b in ("students", "runs")]
+    + ["another student's job"],
+)
+def test_graded_as_an_ordinary_user_nothing_reaches_another_student(as_a_user, what):
+    assert as_a_user[what] == 0
 
 
 FORGE_A_RECORD = """
