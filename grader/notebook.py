@@ -137,6 +137,7 @@ class Submission:
         answers = dict.fromkeys(exercises)
         if notebook is not None:
             restore_metadata(notebook, original)
+            untag_earlier_copies(notebook)
             answers = {name: answer_source(notebook, name) for name in exercises}
         digest = _fingerprint(data, source_path)
         return cls(
@@ -172,6 +173,19 @@ def _stripped(submitted: nbformat.NotebookNode, cell: nbformat.NotebookNode):
     visible = _visible_part(cell.source)
     untagged = (c for c in submitted.cells if not grade_id(c) and c.cell_type == cell.cell_type)
     return next((c for c in untagged if c.source.strip() == visible), None)
+
+
+def untag_earlier_copies(notebook: nbformat.NotebookNode) -> int:
+    """A cell copied in Jupyter keeps its nbgrader metadata, so a grade_id can appear twice,
+    which nbgrader refuses to record. The last copy is the one graded (see answer_cell), so
+    the earlier ones lose their tag; returns how many did."""
+    last = {grade_id(c): c for c in notebook.cells if grade_id(c)}
+    untagged = 0
+    for cell in notebook.cells:
+        if grade_id(cell) and last[grade_id(cell)] is not cell:
+            del cell.metadata["nbgrader"]
+            untagged += 1
+    return untagged
 
 
 def _visible_part(source: str) -> str:
