@@ -25,7 +25,7 @@ from grader.checks.core import (
     outputs_of,
     plan,
 )
-from grader.checks.probe import trailing_dims
+from grader.checks.probe import call, trailing_dims
 from grader.config import assignments
 from grader.notebook import answer_source, exercises_of, source_notebook
 
@@ -95,7 +95,7 @@ def test_the_checks_pass_every_argument_and_every_promised_form(solutions, name)
     exercise, (answer, _) = EXERCISES[name], solutions[name]
     calls: list[dict[str, Any]] = []
     for _, inputs in plan(exercise, hidden=True, seed=0):
-        outputs_of(exercise, _recording(answer, calls), inputs)
+        call(exercise, _recording(answer, calls), inputs)  # refused inputs reach it too
     defaults = {
         p.name: p.default
         for p in inspect.signature(answer).parameters.values()
@@ -359,7 +359,7 @@ def test_a_mistake_variant_with_every_switch_off_is_the_reference(name, variant)
     verdict = judge(
         exercise,
         planned := plan(exercise, hidden=True, seed=0),
-        [outputs_of(exercise, variant, inputs) for _, inputs in planned],
+        [call(exercise, variant, inputs)[0] for _, inputs in planned],
     )
     assert verdict.passed, verdict.render()
 

@@ -10,22 +10,38 @@ In a notebook's test cell::
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import linecache
 import os
+import pkgutil
 from typing import Any
 
 import torch
 
-from grader.checks import batch_norm, layer_norm, placement, sequences
 from grader.checks.core import Exercise, Verdict, judge, plan
 from grader.checks.integrity import forbidden_uses, integrity_message
 from grader.checks.probe import call
 
-# One module per notebook, each exporting EXERCISES; an exercise's name is unique course-wide.
-EXERCISES: dict[str, Exercise] = {
-    e.name: e for module in (layer_norm, batch_norm, sequences, placement) for e in module.EXERCISES
-}
+# The check modules, found rather than listed: every module of this package whose name is not
+# one of the library's own exports EXERCISES (one module per notebook); a name is unique
+# course-wide. A new notebook's checks need only a new module.
+_LIBRARY = {"core", "inputs", "integrity", "mutation", "probe", "properties"}
+
+
+def _discover() -> dict[str, Exercise]:
+    found: dict[str, Exercise] = {}
+    for module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+        if module in _LIBRARY or module.startswith("_"):
+            continue
+        for exercise in importlib.import_module(f"{__name__}.{module}").EXERCISES:
+            if exercise.name in found:
+                raise ValueError(f"two exercises are named {exercise.name!r}")
+            found[exercise.name] = exercise
+    return found
+
+
+EXERCISES: dict[str, Exercise] = _discover()
 
 
 class CheckFailed(AssertionError):
