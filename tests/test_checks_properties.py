@@ -105,10 +105,22 @@ def _pre_ln_without_attention(self, x):
     return x + self._ff_block(self.norm2(x))
 
 
+def _post_ln_attending_across_the_batch(self, x):
+    mixed = self._sa_block(x.transpose(0, 1), None, None).transpose(0, 1)  # over B, not T
+    x = self.norm1(x + mixed)
+    return self.norm2(x + self._ff_block(x))
+
+
 BLOCKS = [
     ("PostLNBlock", PostLNBlock, _post_ln_subtracting, "what norm1 receives is x − F₁(x)"),
     ("PreLNBlock", PreLNBlock, _pre_ln_subtracting, "`output` is u − F₂(LN₂(u))"),
     ("PreLNBlock", PreLNBlock, _pre_ln_without_attention, "`norm1` is called 0 times"),
+    (
+        "PostLNBlock",
+        PostLNBlock,
+        _post_ln_attending_across_the_batch,
+        "samples are mixed across the batch",
+    ),
 ]
 
 

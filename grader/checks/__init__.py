@@ -44,6 +44,28 @@ def _discover() -> dict[str, Exercise]:
 EXERCISES: dict[str, Exercise] = _discover()
 
 
+def rubric() -> str:
+    """docs/rubric.md: every exercise's checks and their points, from the checks themselves
+    (tests/test_checks.py fails when the file is not this text)."""
+    lines = [
+        "# Rubric",
+        "",
+        "Generated from `grader.checks.EXERCISES` by `grader.checks.rubric()`; a test fails when",
+        "this file drifts from the checks. Each check module's docstring says why the points fall",
+        "as they do (what is central to the notebook weighs most). A visible check runs in the",
+        "student's own `check()` on fixed inputs; a hidden one only when graded, on inputs drawn",
+        "afresh for each grading run.",
+    ]
+    for e in EXERCISES.values():
+        lines += ["", f"## `{e.name}` ({e.points:g} points)", "", "| points | check | run |"]
+        lines.append("|---|---|---|")
+        lines += [
+            f"| {c.points:g} | {c.description} | {'hidden' if c.hidden else 'visible'} |"
+            for c in e.checks
+        ]
+    return "\n".join(lines) + "\n"
+
+
 class CheckFailed(AssertionError):
     """A failed exercise, shown to the student as plain words instead of a traceback."""
 

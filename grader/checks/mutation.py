@@ -5,7 +5,8 @@ Each mutant changes one place of an answer's source, the way a student's slip wo
 dropped (a term, a residual, a subtracted mean) or two swapped, a reduction changed (mean ↔ sum,
 its dims dropped or replaced by the last dim, `keepdim` off), or a statement deleted (an in-place
 update, an `if` branch). A mutant is equivalent when its outputs equal the unmutated answer's on
-every check's inputs under several seeds; only the others count (`bench/mutants.py`).
+every check's inputs under several seeds and on those inputs redrawn from another law; only the
+others count (`bench/mutants.py`).
 """
 
 from __future__ import annotations

@@ -144,12 +144,21 @@ def _load(module: nn.Module, a: Arrays) -> nn.Module:
     return module.eval()  # dropout, if a student added some, must not perturb the check
 
 
-def _forward_backward(module: nn.Module, a: Arrays) -> dict[str, torch.Tensor]:
+ALONE = "the first sample's output when it runs alone"
+
+
+def _forward_backward(module: nn.Module, a: Arrays, alone: bool = True) -> dict[str, torch.Tensor]:
+    """Output and input gradient; with `alone`, also the first sample run by itself (a sample's
+    output must not depend on the rest of the batch)."""
     x, cotangent = tensors(a, "x", "cotangent")
     x.requires_grad_(True)
     y = module(x)
     (y * cotangent).sum().backward()
-    return {"output": y, "gradient with respect to the input": x.grad}
+    out = {"output": y, "gradient with respect to the input": x.grad}
+    if alone:
+        with torch.no_grad():
+            out[ALONE] = module(x[:1].detach())
+    return out
 
 
 def _probe_block(block_cls, a: Arrays) -> dict[str, torch.Tensor]:
@@ -170,7 +179,7 @@ def _probe_block(block_cls, a: Arrays) -> dict[str, torch.Tensor]:
         getattr(block, name).register_forward_hook(
             lambda module, args, out, inputs=inputs: inputs.append(args[0].detach().clone())
         )
-    result = _forward_backward(block, a)
+    result = _forward_backward(block, a, alone=False)  # stand-ins never mix samples
     # Structure first, so that feedback names the norm that is misplaced before the output.
     out = {
         "how many times norm1 and norm2 are called": torch.tensor([len(v) for v in seen.values()])
@@ -475,9 +484,24 @@ class CallCounts:
         )
 
 
+@dataclass(frozen=True)
+class BatchIndependence:
+    """Samples never meet in a block or a stack: the first sample's output is the same alone as
+    in its batch."""
+
+    key: str = ALONE
+
+    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+        return (
+            "the first sample's output changes when the rest of the batch is removed: samples "
+            "are mixed across the batch (the input is (B, T, D), batch first; attention runs "
+            "over T within each sample)"
+        )
+
+
 def _block_properties(terms) -> tuple:
     keys = ("what norm1 receives", "what norm2 receives", "output")
-    return (CallCounts(), *(Residual(k, terms) for k in keys))
+    return (CallCounts(), *(Residual(k, terms) for k in keys), BatchIndependence())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -585,6 +609,7 @@ PRE_LN_ENCODER = Exercise(
         ),
     ),
     mistakes=ENCODER_MISTAKES,
+    properties=(BatchIndependence(),),
     **_TOL,
     forbidden=("TransformerEncoder", "Encoder", "Transformer", "TinyLM"),
 )
