@@ -6,12 +6,14 @@ that returned values. Each answer below is unseen (not one of the exercises' mis
 
 from __future__ import annotations
 
+import re
 from functools import partial
 
 import numpy as np
 import pytest
 import torch
 from conftest import SEEDS
+from test_checks import _course_text
 
 from grader.checks import EXERCISES, placement, run
 from grader.checks.batch_norm import _batch_norm_variant
@@ -89,6 +91,14 @@ def test_an_unseen_wrong_answer_is_explained_by_a_property_of_its_output(name, a
         assert verdict.score < EXERCISES[name].points
         explained = [o for o in verdict.outcomes if words in o.problem and o.mistake is None]
         assert explained and all(o.finding for o in explained), verdict.render()
+    _speaks_the_courses_words(name, verdict.render())
+
+
+def _speaks_the_courses_words(name: str, feedback: str) -> None:
+    """Every name feedback writes as code is one the exercise's notebook uses."""
+    text = _course_text(name)
+    unknown = {n for n in re.findall(r"`([^`]+)`", feedback) if n not in text}
+    assert not unknown, f"{unknown} is not a name the notebook uses"
 
 
 def _post_ln_subtracting(self, x):
@@ -136,6 +146,7 @@ def test_a_wrong_residual_structure_is_said_as_the_combination_it_is(
     verdict = run(EXERCISES[name], block, hidden=True, seed=0, source="")
     explained = [o for o in verdict.outcomes if words in o.problem and o.mistake is None]
     assert explained and all(o.finding for o in explained), verdict.render()
+    _speaks_the_courses_words(name, verdict.render())
 
 
 def test_a_check_that_expects_an_exception_passes_only_on_that_exception():

@@ -144,7 +144,7 @@ def _load(module: nn.Module, a: Arrays) -> nn.Module:
     return module.eval()  # dropout, if a student added some, must not perturb the check
 
 
-ALONE = "the first sample's output when it runs alone"
+ALONE = "how much the first sample's output changes when it runs alone"
 
 
 def _forward_backward(module: nn.Module, a: Arrays, alone: bool = True) -> dict[str, torch.Tensor]:
@@ -157,7 +157,7 @@ def _forward_backward(module: nn.Module, a: Arrays, alone: bool = True) -> dict[
     out = {"output": y, "gradient with respect to the input": x.grad}
     if alone:
         with torch.no_grad():
-            out[ALONE] = module(x[:1].detach())
+            out[ALONE] = module(x[:1].detach()) - y[:1].detach()
     return out
 
 
@@ -487,7 +487,7 @@ class CallCounts:
 @dataclass(frozen=True)
 class BatchIndependence:
     """Samples never meet in a block or a stack: the first sample's output is the same alone as
-    in its batch."""
+    in its batch (the probe returns the change, 0 for any answer that keeps samples apart)."""
 
     key: str = ALONE
 

@@ -7,9 +7,15 @@ outputs split into those sets (`Normalized`); `explain` measures the student's o
 and says which property fails, where and by how much ("rows 0–3 have mean 0.41 over the
 normalized dims, not 0"). A gradient satisfies the invariances of its function instead
 (`Invariant`: LayerNorm's grad_x sums to 0 over a row, and is orthogonal to x − μ), and any
-output that is the correct one scaled or shifted is said to be. It reports only statistics of
-the student's own output and ratios to a correct output, never an input or an expected value.
-Outputs with no such property still get where and how much they differ (`extent`).
+output that is the correct one scaled or shifted is said to be. A running statistic is an
+exponential moving average (`RunningAverage`: which weight, old or new, is off), a variance is
+never negative, 0 on constant values and smallest about the mean (`Variance`), two momentum
+conventions add up to 1 (`Complement`). Any output also tells by its shape which dims were
+reduced (read against the inputs' shapes, `shape_sentence`), by NaN where the correct output is
+finite that a root or a division went wrong, and by a factor that changes from row to row that
+a per-row factor is. It reports only statistics of the student's own output and ratios to a
+correct output, never an input or an expected value. Outputs with no such property still get
+where and how much they differ (`extent`).
 """
 
 from __future__ import annotations
