@@ -17,7 +17,7 @@ from test_checks import _course_text
 
 from grader.checks import EXERCISES, placement, run
 from grader.checks.batch_norm import _batch_norm_variant
-from grader.checks.core import Check, Exercise
+from grader.checks.core import Check, Exercise, expected_outputs, judge, plan
 from grader.checks.layer_norm import _backward_variant, _layer_norm_variant
 from grader.checks.probe import trailing_dims
 from grader.checks.sequences import _mask_variant, _masked_bn_variant
@@ -183,3 +183,17 @@ def test_a_check_without_its_own_tolerance_takes_the_exercises():
     checks = (Check("own", dict, 1, rtol=0.5, atol=0.5), Check("default", dict, 1))
     exercise = Exercise("e", None, dict, checks, rtol=1e-3, atol=1e-2)
     assert [(c.rtol, c.atol) for c in exercise.checks] == [(0.5, 0.5), (1e-3, 1e-2)]
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_outputs_of_infinities_are_judged_not_crashed_on(name):
+    """A property's arithmetic on a hostile output (inf, −inf, huge) never breaks the judge."""
+    exercise = EXERCISES[name]
+    planned = plan(exercise, hidden=True, seed=0)
+    for value in (np.inf, -np.inf, 1e308):
+        outputs = []
+        for check_, inputs in planned:
+            want = expected_outputs(exercise, check_, inputs)
+            outputs.append({k: np.full_like(w, value, dtype=np.float64) for k, w in want.items()})
+        verdict = judge(exercise, planned, outputs)
+        assert verdict.score < exercise.points

@@ -234,6 +234,16 @@ def _row_factors(key: str, got: np.ndarray, want: np.ndarray) -> str:
     )
 
 
+def _said(p: Property, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+    """`p`'s sentence; '' when the student's output defeats its arithmetic (infinities, a fit
+    that does not converge): a wrong answer never makes the grader fail."""
+    with np.errstate(all="ignore"):
+        try:
+            return p.sentence(key, inputs, got, want)
+        except (ValueError, ArithmeticError, TypeError, np.linalg.LinAlgError):
+            return ""
+
+
 def explain(properties: tuple[Property, ...], inputs: Arrays, got: Arrays, want: Arrays) -> str:
     """The first property of a correct output that `got` violates, in words; '' if none."""
     for key, expected in want.items():
@@ -248,7 +258,7 @@ def explain(properties: tuple[Property, ...], inputs: Arrays, got: Arrays, want:
             continue
         for p in properties:
             if key.startswith(p.key):
-                sentence = p.sentence(named, inputs, actual, expected)
+                sentence = _said(p, named, inputs, actual, expected)
                 if sentence:
                     return sentence
         if np.issubdtype(expected.dtype, np.floating):
