@@ -63,6 +63,12 @@ def _backward_without_rstd(grad_out, x, normalized_shape, weight=None, eps=1e-5)
     return grad_x * sigma, grad_weight, grad_bias
 
 
+def _backward_gradients_of_a_missing_weight(grad_out, x, normalized_shape, weight=None, eps=1e-5):
+    if weight is None:  # gradients for a weight of ones, where None is promised
+        weight = torch.ones(x.shape[-len(trailing_dims(normalized_shape)) :], dtype=x.dtype)
+    return _backward_variant(grad_out, x, normalized_shape, weight, eps)
+
+
 UNSEEN = [
     ("layer_norm", _weight_alone, "has the shape of `weight` alone"),
     ("layer_norm", _root_of_var_minus_eps, "NaN or infinite in every position"),
@@ -74,6 +80,11 @@ UNSEEN = [
     ("masked_batch_norm", _half_momentum_masked, "with weight 0.05, not momentum = 0.1"),
     ("masked_mean_pool", _pool_over_features, "reduced over dim 2, where dim 1 should be"),
     ("layer_norm_backward", _backward_without_rstd, "a factor that changes from row to row"),
+    (
+        "layer_norm_backward",
+        _backward_gradients_of_a_missing_weight,
+        "are None: no, where the exercise asks for yes",
+    ),
     (
         "lengths_to_mask",
         partial(_mask_variant, validate=False, inclusive=True),

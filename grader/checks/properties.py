@@ -261,6 +261,8 @@ def explain(properties: tuple[Property, ...], inputs: Arrays, got: Arrays, want:
                 sentence = _said(p, named, inputs, actual, expected)
                 if sentence:
                     return sentence
+        if expected.dtype == np.bool_ and expected.ndim == 0:
+            return f"{named}: {_yes(actual)}, where the exercise asks for {_yes(expected)}"
         if np.issubdtype(expected.dtype, np.floating):
             sentence = (
                 _not_finite(named, actual, expected)
@@ -270,6 +272,10 @@ def explain(properties: tuple[Property, ...], inputs: Arrays, got: Arrays, want:
             if sentence:
                 return sentence
     return ""
+
+
+def _yes(flag: np.ndarray) -> str:
+    return "yes" if bool(flag) else "no"
 
 
 def _dims(dims: tuple[int, ...]) -> str:
