@@ -56,6 +56,10 @@ def _pool_over_features(h, mask):
     return torch.where(mask[..., None], h, 0.0).sum(2) / mask.sum(1, keepdim=True)
 
 
+def _pool_sum(h, mask):
+    return torch.where(mask[..., None], h, 0.0).sum(1)
+
+
 def _backward_without_rstd(grad_out, x, normalized_shape, weight=None, eps=1e-5):
     grad_x, grad_weight, grad_bias = _backward_variant(grad_out, x, normalized_shape, weight, eps)
     dims = trailing_dims(normalized_shape)
@@ -79,7 +83,8 @@ UNSEEN = [
     ("batch_norm", _half_momentum_batch_norm, "with weight 0.05, not momentum = 0.1"),
     ("masked_batch_norm", _half_momentum_masked, "with weight 0.05, not momentum = 0.1"),
     ("masked_mean_pool", _pool_over_features, "reduced over dim 2, where dim 1 should be"),
-    ("layer_norm_backward", _backward_without_rstd, "a factor that changes from row to row"),
+    ("layer_norm_backward", _backward_without_rstd, "1/σ is missing or wrong in that term"),
+    ("masked_mean_pool", _pool_sum, "a factor that changes from row to row"),
     (
         "layer_norm_backward",
         _backward_gradients_of_a_missing_weight,

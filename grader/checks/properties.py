@@ -482,6 +482,23 @@ def _centered_x(a: Arrays) -> np.ndarray:
     return rows - rows.mean(1, keepdims=True)
 
 
+def _off_the_scale_path(g_x: np.ndarray, a: Arrays) -> np.ndarray:
+    """Per row, how far grad_x's part that moves neither the row's mean nor its spread is from
+    rstd·(the same part of grad_out·γ): along those directions LayerNorm only scales by γ/σ."""
+    x = _centered_x(a)
+    rstd = 1 / np.sqrt((x * x).mean(1, keepdims=True) + float(a["eps"]))
+    x_hat = x * rstd
+    g = a["grad_out"] * a["weight"] if "weight" in a else a["grad_out"]
+
+    def off_mean_and_spread(v: np.ndarray) -> np.ndarray:
+        v = v - v.mean(1, keepdims=True)
+        return v - x_hat * (v * x_hat).sum(1, keepdims=True) / (x_hat * x_hat).sum(1, keepdims=True)
+
+    rows = off_mean_and_spread(_normalized_rows(g_x.astype(np.float64), a))
+    through = rstd * off_mean_and_spread(_normalized_rows(g.astype(np.float64), a))
+    return np.linalg.norm(rows - through, axis=1)
+
+
 LAYER_NORM_BACKWARD = (
     Invariant(
         key="grad_x",
@@ -498,6 +515,15 @@ LAYER_NORM_BACKWARD = (
         why="rescaling a row of x leaves LayerNorm's output (almost) unchanged, so its gradient "
         "is orthogonal to x − μ; the term from σ depending on x (−x̂⟨g·x̂⟩) is missing or wrong",
         zero=lambda g, a: (_normalized_rows(g.astype(np.float64), a) * _centered_x(a)).sum(1),
+    ),
+    Invariant(
+        key="grad_x",
+        unit="row",
+        what="the part of grad_x that moves neither a row's mean nor its spread, less "
+        "grad_out·γ/σ there,",
+        why="along those directions LayerNorm only scales by γ/σ; the weight γ or the factor "
+        "1/σ is missing or wrong in that term",
+        zero=_off_the_scale_path,
     ),
 )
 
