@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from grader.checks.core import Arrays, Check, Exercise, Mistake
+from grader.checks.library import forbid
 from grader.checks.probe import tensors
 from norm_utils.blocks import Encoder, PostLNBlock, PreLNBlock, TinyLM, _Block
 
@@ -564,7 +565,7 @@ POST_LN_BLOCK = Exercise(
     mistakes=POST_LN_MISTAKES,
     **_TOL,
     properties=_block_properties(_post_ln_terms),
-    forbidden=_BLOCK_FORBIDDEN,
+    forbidden=forbid(own=_BLOCK_FORBIDDEN),
 )
 
 PRE_LN_BLOCK = Exercise(
@@ -575,7 +576,7 @@ PRE_LN_BLOCK = Exercise(
     mistakes=PRE_LN_MISTAKES,
     **_TOL,
     properties=_block_properties(_pre_ln_terms),
-    forbidden=_BLOCK_FORBIDDEN,
+    forbidden=forbid(own=_BLOCK_FORBIDDEN),
 )
 
 PRE_LN_ENCODER = Exercise(
@@ -611,7 +612,7 @@ PRE_LN_ENCODER = Exercise(
     mistakes=ENCODER_MISTAKES,
     properties=(BatchIndependence(),),
     **_TOL,
-    forbidden=("TransformerEncoder", "Encoder", "Transformer", "TinyLM"),
+    forbidden=forbid(own=("TransformerEncoder", "Encoder", "Transformer", "TinyLM")),
 )
 
 EXERCISES = (POST_LN_BLOCK, PRE_LN_BLOCK, PRE_LN_ENCODER)
