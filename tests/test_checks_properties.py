@@ -195,6 +195,14 @@ def test_a_check_that_expects_an_exception_passes_only_on_that_exception():
     assert not other.passed and "TypeError" in other.render()
 
 
+def test_an_unimplemented_stub_is_said_once_with_checks_that_expect_an_exception():
+    def stub(lengths, max_len=None):
+        raise NotImplementedError
+
+    text = run(EXERCISES["lengths_to_mask"], stub, hidden=True, seed=0, source="").render()
+    assert text.count("not implemented yet") == 1 and "raises ValueError" not in text, text
+
+
 def test_a_check_without_its_own_tolerance_takes_the_exercises():
     checks = (Check("own", dict, 1, rtol=0.5, atol=0.5), Check("default", dict, 1))
     exercise = Exercise("e", None, dict, checks, rtol=1e-3, atol=1e-2)
