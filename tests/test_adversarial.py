@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbgrader.api import Gradebook
-from test_sandbox import make_venv, python_anyone_can_run
+from test_sandbox import ORDINARY_USER, venv_of_an_ordinary_user
 
 from grader.autograde import autograde
 from grader.checks import EXERCISES
@@ -551,17 +551,8 @@ OTHER_JOB = (
 def as_a_user() -> dict[str, int]:
     if os.geteuid() != 0:
         pytest.skip("only root can become an ordinary user")
-    user = 4242  # no passwd entry is needed
-    base = python_anyone_can_run(user)
-    if base is None:
-        pytest.skip(f"no Python {sys.version_info[:2]} that an ordinary user may run")
-    with tempfile.TemporaryDirectory() as scratch:  # pytest's own folders are root's alone
-        Path(scratch).chmod(0o755)
-        home = Path(scratch) / "home"
-        home.mkdir(mode=0o750)
-        python = make_venv(home / ".venvs" / "course", [], base)
-        for path in [home, *home.rglob("*")]:
-            os.chown(path, user, user, follow_symlinks=False)
+    user = ORDINARY_USER
+    with venv_of_an_ordinary_user() as (home, python):
         drop = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]
         done = subprocess.run(
             [*drop, str(python), "-c", AS_A_USER],

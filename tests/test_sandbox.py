@@ -13,6 +13,8 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ import grader.sandbox
 from grader.config import REPO
 from grader.sandbox import Sandbox, SandboxUnavailable, _closed_to_others, available, symlinks_met
 
+ORDINARY_USER = 4242  # no passwd entry is needed
 needs_bwrap = pytest.mark.skipif(not available(), reason="bubblewrap is not installed")
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="only root can drop to another uid")
 
@@ -100,11 +103,11 @@ def python_anyone_can_run(user: int) -> str | None:
     return None
 
 
-@needs_bwrap
-@as_root
-def test_a_venv_in_a_private_home_grades_as_an_ordinary_user():
-    user = 4242  # no passwd entry is needed
-    base = python_anyone_can_run(user)
+@contextmanager
+def venv_of_an_ordinary_user() -> Iterator[tuple[Path, Path]]:
+    """A venv in a mode-750 home owned by ORDINARY_USER, on a Python that user may run:
+    (home, its python). Skips the test on a machine without such a Python."""
+    base = python_anyone_can_run(ORDINARY_USER)
     if base is None:
         pytest.skip(f"no Python {sys.version_info[:2]} that an ordinary user may run")
     with tempfile.TemporaryDirectory() as scratch:  # pytest's own folders are root's alone
@@ -113,8 +116,15 @@ def test_a_venv_in_a_private_home_grades_as_an_ordinary_user():
         home.mkdir(mode=0o750)
         python = make_venv(home / ".venvs" / "course", [], base)
         for path in [home, *home.rglob("*")]:
-            os.chown(path, user, user, follow_symlinks=False)
-        done = run_python(python, GRADE_ONE, home, user)
+            os.chown(path, ORDINARY_USER, ORDINARY_USER, follow_symlinks=False)
+        yield home, python
+
+
+@needs_bwrap
+@as_root
+def test_a_venv_in_a_private_home_grades_as_an_ordinary_user():
+    with venv_of_an_ordinary_user() as (home, python):
+        done = run_python(python, GRADE_ONE, home, ORDINARY_USER)
     assert done.stdout.split() == ["19.0", "/", "19.0"], done.stderr[-2000:]
 
 
