@@ -17,7 +17,6 @@ import pytest
 
 from grader.checks import EXERCISES
 from grader.checks.integrity import forbidden_uses
-from grader.checks.library import NORMALIZATIONS
 from grader.config import REPO
 
 # Runs in the blocked process: `x` (2, 3, 8), `D` = 8, `want` = the layer norm of `x` over D.
@@ -286,6 +285,26 @@ def test_what_the_answers_need_computes_what_it_did_before_the_block(layer_norm_
     assert layer_norm_blocked["kept"][kept] == "computed"
 
 
+def test_a_placement_exercise_blocks_the_library_s_whole_blocks_not_their_parts():
+    said = blocked_run(
+        "PostLNBlock",
+        {
+            "nn.TransformerEncoderLayer": (
+                "y = nn.TransformerEncoderLayer(D, 2, 16, dropout=0.0, batch_first=True)"
+                ".double()(x)"
+            ),
+            "norm_utils' PostLNBlock": "y = nu.PostLNBlock(D, 2, 16).double()(x)",
+            "a one-layer nn.TransformerEncoder, in a thread": IN_A_THREAD.format(
+                "nn.TransformerEncoder(nn.TransformerEncoderLayer(D, 2, 16, batch_first=True), 1)"
+                ".double()(x)"
+            ),
+        },
+        {"nn.LayerNorm": "y = nn.LayerNorm(D, dtype=x.dtype)(x)", **KEPT},
+    )
+    assert all(s.startswith("blocked: ") for s in said["routes"].values()), said
+    assert set(said["kept"].values()) == {"computed"}, said
+
+
 def test_only_the_exercise_s_own_families_are_blocked():
     """masked_mean_pool forbids the masked mean, not normalizations: those keep working."""
     said = blocked_run(
@@ -301,19 +320,25 @@ def test_only_the_exercise_s_own_families_are_blocked():
     assert set(said["kept"].values()) == {"computed"}, said
 
 
-@pytest.mark.parametrize("family", NORMALIZATIONS, ids=lambda f: f.names[0])
+FAMILIES = {f.names[0]: f for e in EXERCISES.values() for f in e.forbidden.families}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_every_entry_of_the_table_names_something_this_torch_has(family):
     """A misspelt operator or path would block nothing, silently."""
     import importlib
 
     import torch
 
-    for operator in family.operators:
+    for operator in FAMILIES[family].operators:
         namespace, name = operator.split("::")
         assert hasattr(getattr(torch.ops, namespace), name), operator
-    for path in family.python:
-        module, _, attribute = path.rpartition(".")
-        assert callable(getattr(importlib.import_module(module), attribute)), path
+    for path in FAMILIES[family].python:
+        module, _, qualified = path.partition(":")
+        found = importlib.import_module(module)
+        for attribute in qualified.split("."):
+            found = getattr(found, attribute)
+        assert callable(found), path
 
 
 def test_every_function_of_the_reference_module_is_in_the_table():
@@ -322,7 +347,7 @@ def test_every_function_of_the_reference_module_is_in_the_table():
     from norm_utils import functional
 
     defined = {
-        f"norm_utils.functional.{n}"
+        f"norm_utils.functional:{n}"
         for n, f in vars(functional).items()
         if inspect.isfunction(f) and f.__module__ == functional.__name__
     }

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from grader.checks.core import Arrays, Check, Exercise, Mistake
-from grader.checks.library import forbid
+from grader.checks.library import LIBRARY_BLOCKS, LIBRARY_STACKS, forbid
 from grader.checks.probe import tensors
 from norm_utils.blocks import Encoder, PostLNBlock, PreLNBlock, TinyLM, _Block
 
@@ -381,18 +381,6 @@ ENCODER_MISTAKES = (
 # ---------------------------------------------------------------------------------------------
 # Exercises
 
-_BLOCK_FORBIDDEN = (
-    "TransformerEncoderLayer",
-    "TransformerDecoderLayer",
-    "Transformer",
-    "PostLNBlock",
-    "PreLNBlock",
-    "DeepNormBlock",
-    "_Block",
-    "Encoder",
-    "TinyLM",
-)
-
 
 def _block_checks(placement: str, switched_off: str) -> tuple[Check, ...]:
     return (
@@ -441,7 +429,7 @@ POST_LN_BLOCK = Exercise(
     probe=_probe_block,
     checks=_block_checks("norm_first=False", "LN₂(LN₁(x + b₁) + b₂)"),
     mistakes=POST_LN_MISTAKES,
-    forbidden=forbid(own=_BLOCK_FORBIDDEN),
+    forbidden=forbid(LIBRARY_BLOCKS, LIBRARY_STACKS),
 )
 
 PRE_LN_BLOCK = Exercise(
@@ -450,7 +438,7 @@ PRE_LN_BLOCK = Exercise(
     probe=_probe_block,
     checks=_block_checks("norm_first=True", "x + b₁ + b₂, the residual path untouched"),
     mistakes=PRE_LN_MISTAKES,
-    forbidden=forbid(own=_BLOCK_FORBIDDEN),
+    forbidden=forbid(LIBRARY_BLOCKS, LIBRARY_STACKS),
 )
 
 PRE_LN_ENCODER = Exercise(
@@ -488,7 +476,7 @@ PRE_LN_ENCODER = Exercise(
         ),
     ),
     mistakes=ENCODER_MISTAKES,
-    forbidden=forbid(own=("TransformerEncoder", "Encoder", "Transformer", "TinyLM")),
+    forbidden=forbid(LIBRARY_STACKS),
 )
 
 EXERCISES = (POST_LN_BLOCK, PRE_LN_BLOCK, PRE_LN_ENCODER)
