@@ -60,7 +60,7 @@ def outcome(code, expected, exact):
         same = torch.equal(y, expected) if exact else torch.allclose(y, expected, atol=1e-4)
     except Exception:
         same = False
-    return "computed" if same else f"returned other values: {str(y)[:100]}"
+    return "computed" if same else f"returned other values: {str(y)[:200]}"
 
 def in_child(code, expected, exact=False):
     read, write = os.pipe()
@@ -303,6 +303,20 @@ def test_a_placement_exercise_blocks_the_library_s_whole_blocks_not_their_parts(
     )
     assert all(s.startswith("blocked: ") for s in said["routes"].values()), said
     assert set(said["kept"].values()) == {"computed"}, said
+
+
+def test_a_refused_call_is_noted_even_when_the_answer_catches_it():
+    """The runner reports attempted() with the exercise's record: a caught refusal still names
+    the function in the feedback."""
+    caught = (
+        "try:\n"
+        "    y = ThreadPoolExecutor(1).submit(lambda: nu.layer_norm(x, (D,))).result()\n"
+        "except Exception:\n"
+        "    y = x\n"
+        "y = sorted(blocking.attempted())"
+    )
+    said = blocked_run("layer_norm", {"caught": caught}, {})
+    assert "norm_utils.functional.layer_norm" in said["routes"]["caught"], said
 
 
 def test_only_the_exercise_s_own_families_are_blocked():
