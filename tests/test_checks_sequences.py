@@ -17,6 +17,7 @@ import norm_utils
 from grader.checks import CheckFailed, check, run
 from grader.checks.core import StudentError, expected_outputs, judge_check, outputs_of, plan
 from grader.checks.sequences import EXERCISES, RAISED
+from grader.reference.masking import lengths_to_mask
 
 ASSIGNMENT = "03_sequences"
 BY_NAME = {e.name: e for e in EXERCISES}
@@ -137,13 +138,13 @@ def test_solution_masked_batch_norm_ignores_appended_padding_and_its_values():
 def test_solution_pooling_ignores_appended_padding_and_refuses_empty_rows():
     masked_mean_pool = SOLUTIONS["masked_mean_pool"][0]
     h = torch.randn(3, 6, 4)
-    mask = norm_utils.lengths_to_mask([6, 1, 3])
+    mask = lengths_to_mask([6, 1, 3])
     pooled = masked_mean_pool(h, mask)
     torch.testing.assert_close(pooled[1], h[1, 0])
     longer = F.pad(h, (0, 0, 0, 30), value=float("nan"))
     torch.testing.assert_close(masked_mean_pool(longer, F.pad(mask, (0, 30))), pooled)
     with pytest.raises(ValueError, match=r"\[1\]"):
-        masked_mean_pool(h, norm_utils.lengths_to_mask([6, 0, 3]))
+        masked_mean_pool(h, lengths_to_mask([6, 0, 3]))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import torch
 from grader.checks.core import Arrays, Check, Exercise, Mistake, also_visible
 from grader.checks.probe import tensors
 from grader.checks.properties import MASKED_BATCH_NORM
-from norm_utils import masking as ref
+from grader.reference import masking as ref
 
 RAISED = "ValueError raised"  # the key a probe returns for the inputs that must be refused
 
