@@ -209,21 +209,28 @@ def test_check_in_the_kernel_scans_a_notebook_class_through_its_cell():
 
 
 def test_a_student_stack_of_library_blocks_is_allowed():
-    """The encoder exercise is about the stack: its blocks may be nu.PreLNBlock or torch's."""
-    source = SOLUTIONS["PreLNEncoder"][1].replace(
-        "nu.PreLNBlock(d_model, n_heads, d_ff)",
-        "nn.TransformerEncoderLayer(d_model, n_heads, d_ff, 0.0, batch_first=True, "
-        "norm_first=True)",
+    """The encoder exercise is about the stack: its blocks may be torch's Pre-LN layer (as the
+    exercise says) or a Pre-LN block the cell writes itself."""
+    solution = SOLUTIONS["PreLNEncoder"][1]
+    library_layer = (
+        "nn.TransformerEncoderLayer(\n"
+        "                d_model, n_heads, d_ff, dropout=0.0, batch_first=True, norm_first=True\n"
+        "            )"
     )
-    assert "TransformerEncoderLayer" in source
-    verdict = run(
-        BY_NAME["PreLNEncoder"],
-        answer_from(source, "PreLNEncoder"),
-        hidden=True,
-        seed=0,
-        source=source,
-    )
-    assert verdict.score == BY_NAME["PreLNEncoder"].points, verdict.render()
+    assert library_layer in solution
+    own_block = SOLUTIONS["PreLNBlock"][1].replace("class PreLNBlock(", "class Block(")
+    for source in (
+        solution,
+        own_block + "\n" + solution.replace(library_layer, "Block(d_model, n_heads, d_ff)"),
+    ):
+        verdict = run(
+            BY_NAME["PreLNEncoder"],
+            answer_from(source, "PreLNEncoder"),
+            hidden=True,
+            seed=0,
+            source=source,
+        )
+        assert verdict.score == BY_NAME["PreLNEncoder"].points, verdict.render()
 
 
 def test_the_untouched_release_fails_every_check_in_plain_words():
