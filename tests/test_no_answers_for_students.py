@@ -32,7 +32,12 @@ REFERENCE_MODULES = _modules(grader.reference)
 
 def graded_names() -> set[str]:
     """Every exercise's name, and every name the graded references go by."""
-    references = {name for module in REFERENCE_MODULES for name in getattr(module, "__all__", [])}
+    references = {
+        name
+        for module in REFERENCE_MODULES
+        for name in getattr(module, "__all__", [])
+        if not inspect.ismodule(getattr(module, name))
+    }
     return set(EXERCISES) | references
 
 
