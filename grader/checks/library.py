@@ -10,7 +10,7 @@ Each family lists the library's code three ways, for the two places that enforce
 
 - `operators`: PyTorch dispatcher operators (every overload, forward and backward), blocked in
   the exercise's process by `grader.sandboxed.blocking` whatever the route to them;
-- `python`: pure-Python implementations (torch's decompositions and references, `norm_utils`,
+- `python`: pure-Python implementations (torch's decompositions and references, the course's
   public and private), poisoned there too;
 - `names`: what the static scan refuses in the answer's text: the above by their last name,
   plus the `nn` classes and `F` functions that reach them.
@@ -39,7 +39,7 @@ class Family:
 @dataclass(frozen=True)
 class Forbidden:
     """What one exercise forbids: families of the table and names of its own (e.g. the
-    `norm_utils` function of the same name). Iterating gives the names the scan refuses."""
+    reference function of the same name). Iterating gives the names the scan refuses."""
 
     families: tuple[Family, ...] = ()
     own: tuple[str, ...] = ()
@@ -60,12 +60,12 @@ def forbid(*families: Family, own: tuple[str, ...] = ()) -> Forbidden:
     return Forbidden(families, own)
 
 
-# Every function of norm_utils.functional is a normalization or a piece of one (its moments,
+# Every function of grader.reference.functional is a normalization or a piece of one (its moments,
 # running statistics, affine map): an answer may call none of them.
 NORM_UTILS = Family(
     python=(
         *(
-            f"norm_utils.functional:{name}"
+            f"grader.reference.functional:{name}"
             for name in (
                 "_moments",
                 "_normalized_dims",
@@ -81,7 +81,7 @@ NORM_UTILS = Family(
                 "rms_norm",
             )
         ),
-        "norm_utils.masking:masked_batch_norm",
+        "grader.reference.masking:masked_batch_norm",
     ),
     classes=("BatchNorm",),
 )
@@ -190,23 +190,23 @@ VARIANCE = Family(
 
 MASKED_MEAN = Family(
     operators=("aten::nanmean",),
-    python=("norm_utils.masking:masked_mean",),
+    python=("grader.reference.masking:masked_mean",),
 )
 
 SEQUENCE_MASKS = Family(
-    python=("norm_utils.masking:lengths_to_mask", "norm_utils.masking:pad_sequences"),
+    python=("grader.reference.masking:lengths_to_mask", "norm_utils.masking:pad_sequences"),
 )
 
 # The placement exercises ask for a Transformer block or stack: the library's, torch's and
-# norm_utils', compute one whole (a stack of one layer is a block). Their forward methods are
+# the course's, compute one whole (a stack of one layer is a block). Their forward methods are
 # refused; their parts (nn.LayerNorm, attention) are what the answers are built from.
 LIBRARY_BLOCKS = Family(
     operators=("aten::_transformer_encoder_layer_fwd",),
     python=(
         "torch.nn.modules.transformer:TransformerEncoderLayer.forward",
         "torch.nn.modules.transformer:TransformerDecoderLayer.forward",
-        "norm_utils.blocks:PostLNBlock.forward",
-        "norm_utils.blocks:PreLNBlock.forward",
+        "grader.reference.blocks:PostLNBlock.forward",
+        "grader.reference.blocks:PreLNBlock.forward",
         "norm_utils.blocks:DeepNormBlock.forward",
     ),
     classes=("_Block",),

@@ -11,7 +11,7 @@ raises `ForbiddenCall` naming the function and saying to implement it:
   raises. The dispatcher is shared by every thread and every way in: `F.*`, `nn.Module`s,
   `torch.ops.aten.*`, TorchScript, `torch.compile`'s compiled code, `vmap`. Meta kernels are
   kept: they compute shapes only, never values.
-- Pure-Python implementations (`torch._refs`, `torch._decomp`, `norm_utils`): each function's
+- Pure-Python implementations (`torch._refs`, `torch._decomp`, `grader.reference`): each function's
   code is replaced in place, so every name, table entry and wrapper that holds the function
   holds the refusal; the original code is dropped.
 
@@ -185,7 +185,7 @@ def block(operators: Iterable[str] = (), python: Iterable[str] = ()) -> None:
         operators: dispatcher operators ("aten::native_layer_norm"), each with all its
             overloads; their Python decompositions in `torch._decomp` are poisoned too.
         python: pure-Python functions and methods, as "module:qualified.name"
-            ("norm_utils.functional:_moments", "torch.nn:TransformerEncoderLayer.forward").
+            ("grader.reference.functional:_moments", "torch.nn:TransformerEncoderLayer.forward").
     """
     operators = tuple(operators)
     targets = {path: _resolve(path) for path in python}  # imports their modules first, so the
