@@ -26,7 +26,7 @@ from grader.checks.core import Arrays, Check, Exercise, Mistake, also_visible
 from grader.checks.library import MASKED_MEAN, NORMALIZATIONS, SEQUENCE_MASKS, forbid
 from grader.checks.probe import tensors
 from grader.checks.properties import MASKED_BATCH_NORM, MASKED_RUNNING
-from norm_utils import masking as ref
+from grader.reference import masking as ref
 
 
 def _lengths_mask(lengths: np.ndarray, max_len: int) -> np.ndarray:
