@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -13,9 +14,13 @@ from pathlib import Path
 
 import nbformat
 import nbgrader
+from jinja2 import pass_context
 from jupyter_core.paths import jupyter_config_dir
-from nbconvert.exporters import HTMLExporter
+from nbconvert.exporters import HTMLExporter, TemplateExporter
+from nbconvert.filters.highlight import Highlight2HTML
+from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+from nbformat import NotebookNode
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.preprocessors import ClearHiddenTests
 from traitlets.config import Config
@@ -148,20 +153,71 @@ class _PagesProgress:
         print(line.ljust(80), end=end, file=self.stream, flush=True)
 
 
-_exporter: HTMLExporter | None = None  # one per worker process: its templates load once
+NO_ALT = re.compile(r"<img(?![^>]*\balt=)")
+MISSING_ALT = '<img alt="No description has been provided for this image"'
 
 
-def _html_exporter() -> HTMLExporter:
-    """nbgrader's feedback exporter, configured as its `generate_feedback` configures it."""
-    global _exporter
-    if _exporter is None:
+class FeedbackExporter(HTMLExporter):
+    """nbgrader's feedback exporter (configured as its `generate_feedback` configures it), less
+    two costs per page that do not change what the student reads: code highlighting and
+    markdown rendering are memoized (an assignment's cells are mostly the same for every
+    student), and the page is not re-parsed with BeautifulSoup, whose only change to the
+    classic feedback template is alt text on images, added here."""
+
+    def __init__(self) -> None:
         formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
         config = Config()
         config.HTMLExporter.template_name = "feedback"
         config.HTMLExporter.extra_template_basedirs = [str(formgrader / "templates")]
         bootstrap = formgrader / "static" / "node_modules" / "bootstrap" / "dist" / "css"
         config.HTMLExporter.extra_template_paths = [str(bootstrap)]
-        _exporter = HTMLExporter(config=config)
+        super().__init__(config=config)
+        self._markdown = functools.lru_cache(maxsize=4096)(self._markdown_of)
+
+    def from_notebook_node(self, nb: NotebookNode, resources: dict | None = None, **kw):
+        language = nb.metadata.get("language_info", {})
+        lexer = language.get("pygments_lexer", language.get("name", None))
+        resources = self._init_resources(resources)
+        self.register_filter("highlight_code", _highlighter(lexer))
+        data_types = WidgetsDataTypeFilter(
+            notebook_metadata=self._nb_metadata, parent=self, resources=resources
+        )
+        self.register_filter("filter_data_type", data_types)
+        html, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
+        return NO_ALT.sub(MISSING_ALT, html), resources
+
+    @pass_context
+    def markdown2html(self, context, source: str) -> str:
+        if context.get("cell", {}).get("attachments"):
+            return super().markdown2html(context, source)
+        return self._markdown(source)
+
+    def _markdown_of(self, source: str) -> str:
+        return super().markdown2html({}, source)
+
+
+@functools.cache
+def _highlighter(lexer: str | None):
+    """Highlight2HTML for `lexer`, memoized on the source (a cell whose metadata names another
+    language for its magics is highlighted afresh)."""
+    highlight = Highlight2HTML(pygments_lexer=lexer)
+    memoized = functools.lru_cache(maxsize=4096)(highlight)
+
+    def highlight_code(source: str, language: str | None = None, metadata=None) -> str:
+        if metadata and metadata.get("magics_language"):
+            return highlight(source, language, metadata)
+        return memoized(source, language)
+
+    return highlight_code
+
+
+_exporter: FeedbackExporter | None = None  # one per worker process: its templates load once
+
+
+def _html_exporter() -> FeedbackExporter:
+    global _exporter
+    if _exporter is None:
+        _exporter = FeedbackExporter()
     return _exporter
 
 

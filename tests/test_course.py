@@ -4,6 +4,7 @@ commands read, and those commands still working after it (collect, autograde, fe
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import os
 import re
@@ -19,6 +20,7 @@ from grader.autograde import Course
 from grader.cli import main
 from grader.config import assignments
 from grader.demo import PROFILES, expected_scores
+from grader.lms import points_header
 from grader.nbgrader_steps import TEST_SUFFIX
 from grader.report import write_feedback
 from grader.sandbox import available
@@ -174,6 +176,44 @@ def test_grader_feedback_gives_nbgraders_scores_and_renders_only_what_changed(cy
     changed = [page for page, written_at in pages(course).items() if written[page] != written_at]
     assert [page.parts[-3] for page in changed] == ["ben"]
     assert ta_score in score_lines(changed[0])
+
+
+def test_zip_collect_takes_an_lms_resubmission_and_says_so(cycle):
+    """An LMS download holding a first attempt and a resubmission (`-1`): the latest wins."""
+    _, exchange, course, *_ = cycle
+    archive = course / "downloaded" / FIRST / "archive"
+    archive.mkdir(parents=True)
+    first, latest = (
+        archive / f"dandy_77_1001_{FIRST}.ipynb",
+        archive / f"dandy_77_1002_{FIRST}-1.ipynb",
+    )
+    nbformat.write(PROFILES["ivy"].build(FIRST), first)
+    nbformat.write(PROFILES["ada"].build(FIRST), latest)
+    collector = "--collector=grader.lms.ResubmissionCollector"
+    log = nbgrader("zip_collect", FIRST, collector, cwd=course, exchange=exchange)
+    assert f"Skipped {course / 'downloaded' / FIRST / 'extracted' / first.name}" in log
+    assert "resubmission 1, the latest" in log
+    collected = course / "submitted" / "77" / FIRST / f"{FIRST}.ipynb"
+    assert collected.read_bytes() == latest.read_bytes()
+    status, output = autograde(course, "--student", "77")
+    assert status == 0, output
+    assert score(course, "77", FIRST) == sum(expected_scores()[("ada", FIRST)].values())
+
+
+def test_the_lms_export_lists_the_whole_roster_with_each_assignments_points(cycle):
+    """nbgrader's export with the course's plugin: a roster student who handed nothing in
+    scores 0; each assignment's column says its points."""
+    _, exchange, course, *_ = cycle
+    nbgrader("db", "student", "add", "zed", "--last-name=Zed", cwd=course, exchange=exchange)
+    exporter = "--exporter=grader.lms.LmsCsvExport"
+    nbgrader("export", exporter, "--to=lms.csv", cwd=course, exchange=exchange)
+    rows = {row["student_id"]: row for row in csv.DictReader((course / "lms.csv").open())}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        column = points_header(FIRST, gradebook.find_assignment(FIRST).max_score)
+    assert sorted(rows) == ["77", "ada", "ben", "zed"]
+    assert rows["zed"]["last_name"] == "Zed"
+    assert rows["zed"][column] == "0"
+    assert float(rows["ada"][column]) == score(course, "ada", FIRST) > 0
 
 
 @pytest.mark.skipif(not available(), reason="bubblewrap is not installed: nothing to grade in")
