@@ -57,7 +57,13 @@ from grader.config import (
 )
 from grader.discovery import student_folders
 from grader.nbgrader_steps import InjectResults, results_path
-from grader.notebook import read_notebook, restore_metadata, source_notebook, submitted_bytes
+from grader.notebook import (
+    read_notebook,
+    restore_metadata,
+    source_notebook,
+    submitted_bytes,
+    untag_earlier_copies,
+)
 from grader.sandbox import Sandbox, SandboxUnavailable
 from grader.submission import (
     DEFAULT_LIMITS,
@@ -400,6 +406,7 @@ def _stage(course: Course, task: Task) -> None:
     except ValueError:
         notebook = read_notebook(course.root / "release" / task.assignment / target.name)
     restore_metadata(notebook, source_notebook(task.assignment))
+    untag_earlier_copies(notebook)
     nbformat.write(notebook, target)
     for name in EXCHANGE_FILES:
         kept = _exchange_file(task, name)

@@ -39,6 +39,7 @@ from grader import record
 from grader.checks import EXERCISES
 from grader.checks.core import StudentError
 from grader.checks.probe import call, load_answer, tripwires
+from grader.sandboxed import blocking
 
 MB = 1 << 20
 # Read once, before any student code runs: set by grader.sandbox's bubblewrap command line.
@@ -119,6 +120,7 @@ def run_exercise(spec: dict, job: Path) -> None:
     name = spec["name"]
     exercise = EXERCISES[name]
     arrays, meta = {}, {"errors": {}, "calls": []}
+    blocking.block(exercise.forbidden.operators, exercise.forbidden.python)
     try:
         with tripwires(exercise) as seen:
             answer = load_answer(spec["setup"], spec["source"], name)
@@ -132,7 +134,7 @@ def run_exercise(spec: dict, job: Path) -> None:
                 meta["errors"][str(i)] = [got.kind, got.message]
             else:
                 arrays.update({f"{i}/{k}": v for k, v in got.items()})
-        meta["calls"] = sorted(calls)
+        meta["calls"] = sorted(calls | blocking.attempted())
     except BaseException as error:  # SystemExit and KeyboardInterrupt too: the answer's, not ours
         meta["load_error"] = [type(error).__name__, str(error)[:300]]
     _record(job, name, arrays, meta)

@@ -9,6 +9,7 @@ and exits non-zero, and that the next run reaches exactly the clean run's per-ce
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import random
 import shutil
@@ -19,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
@@ -211,6 +213,65 @@ def test_a_full_disk_in_the_course_folder_is_a_grader_error_graded_by_the_next_r
         )
     finally:
         subprocess.run(["umount", "-l", str(disk)])
+
+
+CRASHER = Profile(
+    "its first answer exits without a word",
+    _edit_first_answer(lambda src, name: "import os\n\nos._exit(3)\n" + src),
+    _all_but_first,
+)
+
+
+def test_a_runner_that_cannot_keep_its_records_is_a_grader_error_graded_by_the_next_run(
+    clean, course_copy, tmp_path
+):
+    """The runner's `fault` line. On a job disk with under 64 MB free, an answer that leaves no
+    record may have crashed or may have found the disk full: the runner cannot tell, so it says
+    so, and the grader records nothing for the submission instead of a zero."""
+    course, submissions = course_copy
+    shutil.rmtree(submissions / NEWCOMER)
+    write_class(submissions, {NEWCOMER: CRASHER})
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)]).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    before, scratch = recorded(course), course.scratch
+    try:
+        course.scratch = disk / "scratch"
+        faulty = newcomer_outcomes(run_autograde(course, submissions, clean[2]))
+    finally:
+        subprocess.run(["umount", "-l", str(disk)])
+        course.scratch = scratch
+    assert len(faulty) == len(assignments())  # each assignment's first answer crashes
+    assert all(o.grader_fault and "not graded: grader error" in o.problem for o in faulty)
+    assert all("disk" in o.problem for o in faulty)
+    assert recorded(course) == before  # nothing recorded for the newcomer: no 0, no stamp
+    assert not list((course.results / NEWCOMER).glob("*.graded"))
+
+    regraded = newcomer_outcomes(run_autograde(course, submissions, clean[2]))
+    assert [o.problem for o in regraded if o.problem] == []
+    after = recorded(course)
+    assert {a: after[(NEWCOMER, a)] for a in assignments()} == {
+        a: expected_scores({NEWCOMER: CRASHER})[(NEWCOMER, a)] for a in assignments()
+    }
+
+
+def test_a_duplicated_answer_cell_is_graded_and_recorded_not_skipped(course_copy):
+    """Two answer cells with the same grade_id (a cell copied in Jupyter): the last one is the
+    answer, as when the notebook runs top to bottom, and the notebook is recorded."""
+    course, submissions = course_copy
+    first = assignments()[0]
+    path = submissions / NEWCOMER / first / f"{first}.ipynb"
+    notebook = nbformat.read(path, 4)
+    answer = next(c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("solution"))
+    earlier = copy.deepcopy(answer)
+    earlier.source = answer.source.replace("return", "return 0 *", 1)  # a draft, overwritten
+    earlier.id = "pasted-copy"  # Jupyter gives a pasted cell its own id, not its metadata
+    notebook.cells.insert(notebook.cells.index(answer), earlier)
+    nbformat.write(notebook, path)
+    done = _cli("autograde", "--course", course.root, submissions, "--seed", SEED)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert recorded(course)[(NEWCOMER, first)] == expected_scores(CLASS)[("ada", first)]
 
 
 def _cli(*args) -> subprocess.CompletedProcess:

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from grader.checks.core import Arrays, Check, Exercise, Mistake
+from grader.checks.library import forbid
 from grader.checks.probe import tensors
 from norm_utils.blocks import Encoder, PostLNBlock, PreLNBlock, TinyLM, _Block
 
@@ -440,7 +441,7 @@ POST_LN_BLOCK = Exercise(
     probe=_probe_block,
     checks=_block_checks("norm_first=False", "LN₂(LN₁(x + b₁) + b₂)"),
     mistakes=POST_LN_MISTAKES,
-    forbidden=_BLOCK_FORBIDDEN,
+    forbidden=forbid(own=_BLOCK_FORBIDDEN),
 )
 
 PRE_LN_BLOCK = Exercise(
@@ -449,7 +450,7 @@ PRE_LN_BLOCK = Exercise(
     probe=_probe_block,
     checks=_block_checks("norm_first=True", "x + b₁ + b₂, the residual path untouched"),
     mistakes=PRE_LN_MISTAKES,
-    forbidden=_BLOCK_FORBIDDEN,
+    forbidden=forbid(own=_BLOCK_FORBIDDEN),
 )
 
 PRE_LN_ENCODER = Exercise(
@@ -487,7 +488,7 @@ PRE_LN_ENCODER = Exercise(
         ),
     ),
     mistakes=ENCODER_MISTAKES,
-    forbidden=("TransformerEncoder", "Encoder", "Transformer", "TinyLM"),
+    forbidden=forbid(own=("TransformerEncoder", "Encoder", "Transformer", "TinyLM")),
 )
 
 EXERCISES = (POST_LN_BLOCK, PRE_LN_BLOCK, PRE_LN_ENCODER)
