@@ -13,17 +13,18 @@ import torch.nn.functional as F
 from conftest import answer_from
 from torch import nn
 
-import norm_utils
 from grader.checks import run
 from grader.checks.batch_norm import (
     BATCH_NORM,
     EXERCISES,
     PREDICT,
     TORCH_MOMENTUM,
+    _bn_case,
     _probe_batch_norm,
     _probe_torch_momentum,
 )
 from grader.checks.core import outputs_of, plan
+from grader.reference import functional as reference
 
 ASSIGNMENT = "02_batch_norm"
 BY_NAME = {e.name: e for e in EXERCISES}
@@ -55,15 +56,7 @@ def test_some_check_separates_each_mistake_by_far_more_than_its_tolerance(exerci
 
 def _scenario(impl, batches, x_eval):
     """Run the batch_norm probe on `impl` for the given training batches and eval batch."""
-    c = x_eval.shape[1]
-    case = {f"train{i}": b for i, b in enumerate(batches)}
-    case.update(
-        eval=x_eval,
-        running_mean=np.zeros(c, np.float32),
-        running_var=np.ones(c, np.float32),
-        momentum=np.array(0.1),
-        eps=np.array(1e-5),
-    )
+    case = _bn_case(np.random.default_rng(0), batches, x_eval)
     return {k: np.asarray(v) for k, v in _probe_batch_norm(impl, case).items()}
 
 
@@ -80,7 +73,7 @@ def test_the_batch_norm_reference_is_nn_batchnorm1d_step_for_step():
     expected["output of the evaluation call"] = (
         module.eval()(torch.from_numpy(x_eval)).detach().numpy()
     )
-    for impl in (F.batch_norm, norm_utils.batch_norm):
+    for impl in (F.batch_norm, reference.batch_norm):
         got = _scenario(impl, batches, x_eval)
         for key, value in expected.items():
             np.testing.assert_allclose(got[key], value, rtol=1e-5, atol=1e-6, err_msg=key)
@@ -123,7 +116,8 @@ CHEATS = {
         "def batch_norm(x, rm, rv, w=None, b=None, training=False, momentum=0.1, eps=1e-5):\n"
         "    return F.batch_norm(x, rm, rv, w, b, training, momentum, eps)",
         "def batch_norm(x, rm, rv, w=None, b=None, training=False, momentum=0.1, eps=1e-5):\n"
-        "    return norm_utils.batch_norm(x, rm, rv, w, b, training, momentum, eps)",
+        "    from grader.reference import functional\n"
+        "    return functional.batch_norm(x, rm, rv, w, b, training, momentum, eps)",
         # LayerNorm over the transposed batch is BatchNorm's forward pass
         "def batch_norm(x, rm, rv, w=None, b=None, training=False, momentum=0.1, eps=1e-5):\n"
         "    if not training:\n"

@@ -43,7 +43,13 @@ from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, also_visi
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, forbid
 from grader.checks.probe import shape_argument, tensors
-from grader.checks.properties import BATCH_NORM_TRAINING, GROUP_NORM_SETS, trailing_norm
+from grader.checks.properties import (
+    BATCH_NORM_RUNNING,
+    BATCH_NORM_TRAINING,
+    GROUP_NORM_SETS,
+    Complement,
+    trailing_norm,
+)
 
 # ---------------------------------------------------------------------------------------------
 # batch_norm: running statistics with exact PyTorch semantics
@@ -156,20 +162,21 @@ def _snapshot(value) -> np.ndarray:
 
 
 def _probe_batch_norm(batch_norm, a: Arrays) -> Arrays:
-    """Training steps on a["train0"], a["train1"], ... then one evaluation call on a["eval"]."""
+    """Training steps on a["training batch 1"], a["training batch 2"], ... then one evaluation
+    call on a["evaluation batch"]."""
     running_mean, running_var, weight, bias = tensors(
         a, "running_mean", "running_var", "weight", "bias"
     )
     options = {"momentum": float(a["momentum"]), "eps": float(a["eps"])}
     out: Arrays = {}
-    steps = sorted((k for k in a if k.startswith("train")), key=lambda k: int(k[5:]))
+    steps = sorted((k for k in a if k.startswith("training batch")), key=lambda k: int(k[15:]))
     for i, key in enumerate(steps):
         (x,) = tensors(a, key)
         y = batch_norm(x, running_mean, running_var, weight, bias, training=True, **options)
         out[f"output of training step {i + 1}"] = _snapshot(y)
         out[f"running_mean after training step {i + 1}"] = _snapshot(running_mean)
         out[f"running_var after training step {i + 1}"] = _snapshot(running_var)
-    (x,) = tensors(a, "eval")
+    (x,) = tensors(a, "evaluation batch")
     y = batch_norm(x, running_mean, running_var, weight, bias, training=False, **options)
     out["output of the evaluation call"] = _snapshot(y)
     out["running_mean after the evaluation call"] = _snapshot(running_mean)
@@ -188,8 +195,8 @@ def _bn_case(
     random_start: bool = False,
 ) -> Arrays:
     c = x_eval.shape[1]
-    case: Arrays = {f"train{i}": b for i, b in enumerate(batches)}
-    case["eval"] = x_eval
+    case: Arrays = {f"training batch {i + 1}": b for i, b in enumerate(batches)}
+    case["evaluation batch"] = x_eval
     dtype = x_eval.dtype
     if random_start:
         case["running_mean"] = rng.normal(0.0, 2.0, c).astype(dtype)
@@ -227,11 +234,11 @@ BATCH_NORM = Exercise(
     probe=_probe_batch_norm,
     forbidden=forbid(*NORMALIZATIONS),
     mistakes=BATCH_NORM_MISTAKES,
-    properties=(BATCH_NORM_TRAINING,),
+    properties=(BATCH_NORM_TRAINING, *BATCH_NORM_RUNNING),
     forms=(("x", "2-d"), ("x", "3-d")),
     checks=(
         Check(
-            "the seed's table (1, 3), (5, 7): one training step, then eval on it",
+            "the table of section 1, (1, 3) and (5, 7): one training step, then eval on it",
             lambda rng: _bn_case(rng, [SEED_TABLE], SEED_TABLE),
             points=1,
         ),
@@ -319,6 +326,7 @@ TORCH_MOMENTUM = Exercise(
     name="torch_momentum",
     reference=_keras_to_torch,
     probe=_probe_torch_momentum,
+    properties=(Complement(),),
     mistakes=(
         Mistake(
             "convention not converted",

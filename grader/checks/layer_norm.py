@@ -29,8 +29,8 @@ from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, VARIANCE, forbid
 from grader.checks.probe import shape_argument, tensors, trailing_dims
 from grader.checks.properties import LAYER_NORM_BACKWARD as BACKWARD_INVARIANTS
-from grader.checks.properties import trailing_norm
-from norm_utils import functional as ref
+from grader.checks.properties import Variance, trailing_norm
+from grader.reference import functional as ref
 
 # ---------------------------------------------------------------------------------------------
 # layer_norm
@@ -175,7 +175,7 @@ LAYER_NORM = Exercise(
     forms=(("normalized_shape", "int"), ("normalized_shape", "tuple")),
     checks=(
         Check(
-            "reproduces the seed's example: tokens (1, 3) and (10, 14) each become (−1, 1)",
+            "the worked example of section 2: tokens (1, 3) and (10, 14) each become (−1, 1)",
             lambda rng: _ln_case(
                 np.array([[[1.0, 3.0], [10.0, 14.0]]], np.float32), 1, as_int=True
             ),
@@ -279,6 +279,7 @@ STABLE_VAR = Exercise(
     reference=_var_reference,
     probe=_probe_var,
     forbidden=forbid(VARIANCE, *NORMALIZATIONS),
+    properties=(Variance(),),
     mistakes=(
         Mistake(
             "E[x²]−E[x]² cancellation",
@@ -377,6 +378,7 @@ LAYER_NORM_BACKWARD = Exercise(
     reference=ref.layer_norm_backward,
     probe=_probe_backward,
     properties=BACKWARD_INVARIANTS,
+    **_F64,
     forbidden=forbid(*NORMALIZATIONS),
     forms=(("normalized_shape", "int"), ("normalized_shape", "tuple")),
     mistakes=(
@@ -397,28 +399,24 @@ LAYER_NORM_BACKWARD = Exercise(
             "float64 (4, 6) rows with a weight (an int normalized_shape), against autograd",
             lambda rng: _backward_case(rng, 4, 6, as_int=True),
             points=2,
-            **_F64,
         ),
         Check(
             "leading dims (2, 3, 8): grad_weight and grad_bias sum over all of them",
             lambda rng: _backward_case(rng, 2, 3, 8),
             points=1,
             hidden=True,
-            **_F64,
         ),
         Check(
             "normalized_shape spanning two trailing dims",
             lambda rng: _backward_case(rng, 3, 4, 5, ndims=2),
             points=2,
             hidden=True,
-            **_F64,
         ),
         Check(
             "no weight: grad_x alone",
             lambda rng: _backward_case(rng, 5, 7, weight=False),
             points=0.5,
             hidden=True,
-            **_F64,
         ),
         Check(
             "rows whose variance is close to ε, with eps=1e-3 given",
