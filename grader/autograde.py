@@ -28,12 +28,20 @@ from collections.abc import Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import nbformat
 from nbgrader.apps import NbGraderAPI
 
-from grader.config import assignments, fresh_seed, use_this_environment
+import grader.sandbox  # Sandbox is looked up when grading: a test can make it unavailable
+from grader.config import (
+    EXERCISE_SECONDS,
+    SANDBOX_PROCESSES,
+    SOLUTIONS,
+    assignments,
+    fresh_seed,
+    use_this_environment,
+)
 from grader.course import (
     Course,
     Refused,
@@ -45,7 +53,7 @@ from grader.course import (
 from grader.discovery import student_folders
 from grader.notebook import Submission, read_notebook
 from grader.notebook import fingerprint as notebook_fingerprint
-from grader.sandbox import Sandbox
+from grader.sandbox import Sandbox, SandboxUnavailable
 from grader.submission import (
     DEFAULT_LIMITS,
     RUNNERS,
@@ -53,8 +61,10 @@ from grader.submission import (
     Limits,
     grade_submissions,
 )
+from grader.untrusted import read_below
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+EXCHANGE_FILES = ("timestamp.txt", "submission_secret.txt")
 
 
 class GradebookLost(Refused):
@@ -96,10 +106,31 @@ def _tasks(submissions: Path, students: Iterable[str]) -> list[Task]:
     return [Task(s, a, notebook_path(root / s, a)) for s in students for a in assignments()]
 
 
+def handed_in(task: Task) -> bool:
+    """Whether the student handed this assignment in: its folder exists (a link counts, to be
+    refused when read); the notebook in it may still be missing or broken."""
+    return os.path.lexists(task.submission.parent)
+
+
 def discover(submissions: Path) -> list[Task]:
-    """One task per student folder × assignment: <student>/<assignment>/<assignment>.ipynb.
+    """One task per assignment a student handed in: <student>/<assignment>/<assignment>.ipynb.
     Tool litter is no student, and a folder name nbgrader cannot store is left out (`refused`)."""
-    return _tasks(submissions, student_folders(submissions)[0])
+    return [t for t in _tasks(submissions, student_folders(submissions)[0]) if handed_in(t)]
+
+
+def not_handed_in(
+    submissions: Path, students: Collection[str] = (), notebooks: Collection[str] = ()
+) -> list[Task]:
+    """Each student × assignment (of those named, if any) with no folder: nothing to grade,
+    and nothing recorded, so that a later `nbgrader collect` of it finds no grade in its way."""
+    tasks = _tasks(submissions, student_folders(submissions)[0])
+    return [t for t in tasks if not handed_in(t) and _wanted(t, students, notebooks)]
+
+
+def _wanted(task: Task, students: Collection[str], notebooks: Collection[str]) -> bool:
+    return (not students or task.student in students) and (
+        not notebooks or task.assignment in notebooks
+    )
 
 
 def refused(submissions: Path) -> list[Outcome]:
@@ -166,15 +197,68 @@ def grade(
     return submissions
 
 
+def sandboxed(
+    source: Path = SOLUTIONS, wall_seconds: float = EXERCISE_SECONDS
+) -> tuple[Sandbox, Limits]:
+    """The sandbox (hiding the answer key `source`) and limits student code is graded with;
+    raises SandboxUnavailable."""
+    limits = Limits(wall_seconds=wall_seconds, processes=SANDBOX_PROCESSES)
+    return grader.sandbox.Sandbox(source), limits
+
+
+def grade_submission(root: Path, student: str, assignment: str, submission: Path) -> None:
+    """For nbgrader's own `autograde` of the course at `root`: grade `submission` in the sandbox
+    as `grader autograde` does, unless the stored result was graded from these very bytes.
+
+    Raises:
+        Refused: another run holds the course, or there is no sandbox to grade in.
+        GraderFault: the runner failed for the grader's reasons (nothing is stored).
+    """
+    course, task = Course(root), Task(student, assignment, submission)
+    try:
+        stored = Results.load(course.results_file(student, assignment))
+        if stored.fingerprint == fingerprint(task, course):
+            return
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # no result yet, or one that cannot be trusted: grade
+    try:
+        sandbox, limits = sandboxed(course.source)
+    except SandboxUnavailable as error:
+        raise Refused(f"cannot grade {student}/{assignment}: {error}") from None
+    with course.lock():
+        course.clean_scratch()
+        try:
+            grade([task], course, fresh_seed(), limits, sandbox)
+        finally:
+            shutil.rmtree(course.scratch, ignore_errors=True)
+
+
 def _stage(course: Course, task: Task, submission: Submission) -> None:
     """What nbgrader reads: the submission as graded (see Submission.recorded), or the release
-    stub when there is nothing readable (so the record says 0, not 'needs grading')."""
+    stub when there is nothing readable (so the record says 0, not 'needs grading'), with the
+    files nbgrader's exchange keeps beside it (late penalties and `release_feedback` read
+    them)."""
     target = course.staged_notebook(task.student, task.assignment)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(target.parent, ignore_errors=True)  # nothing left from an earlier copy
+    target.parent.mkdir(parents=True)
     notebook = submission.recorded
     if notebook is None:
         notebook = read_notebook(course.released_notebook(task.assignment))
     nbformat.write(notebook, target)
+    for name in EXCHANGE_FILES:
+        kept = _exchange_file(task, name)
+        if kept is not None:
+            (target.parent / name).write_bytes(kept)
+
+
+def _exchange_file(task: Task, name: str) -> bytes | None:
+    """One of the small files nbgrader's submit and collect keep beside a submission (None when
+    absent or not a plain file: a submission from elsewhere has none)."""
+    relative = PurePath(*task.submission.parts[-3:-1], name)
+    try:
+        return read_below(task.submission.parents[2], relative, 4096)
+    except (OSError, ValueError):
+        return None
 
 
 def record(task: Task, course: Course, api: NbGraderAPI, submission: Submission) -> Outcome:
@@ -255,9 +339,7 @@ def autograde(
             seed = fresh_seed() if seed is None else seed
             outcomes, todo = refused(submissions), []
             for task in discover(submissions):
-                if (students and task.student not in students) or (
-                    notebooks and task.assignment not in notebooks
-                ):
+                if not _wanted(task, students, notebooks):
                     continue
                 stamp = course.stamp(task.student, task.assignment)
                 unchanged = stamp.is_file() and stamp.read_text() == fingerprint(task, course)

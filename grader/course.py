@@ -42,6 +42,7 @@ from nbgrader.preprocessors import (
     SaveAutoGrades,
 )
 from nbgrader.utils import is_grade, is_solution
+from traitlets.config import Config
 
 from grader.config import SOLUTIONS, assignments, course_config
 
@@ -191,17 +192,27 @@ def checked_source(folder: Path | None) -> Path:
 
 @dataclass
 class Course:
-    """A grading working directory (gradebook, staged submissions, results, feedback), made if
-    missing, and the course source its submissions are graded against."""
+    """A grading working directory (gradebook, results, feedback), made if missing: an nbgrader
+    course folder (`grader init`) or a folder of its own beside the submissions; and the course
+    source its submissions are graded against.
+
+    Students' work is never written to: nbgrader's `autograde` reads, when `grader autograde`
+    records, a copy of each submission in `staged/` (its stripped nbgrader tags restored), not
+    the course's `submitted/`, which `nbgrader collect` and `release_feedback` own."""
 
     root: Path
-    source: Path = SOLUTIONS
+    # Default: the course folder's own source/ (`grader init` made it), else the checkout's.
+    source: Path | None = None
 
     def __post_init__(self) -> None:
         self.root = self.root.resolve()
         self.root.mkdir(parents=True, exist_ok=True)
+        if self.source is None:
+            own = self.root / "source"
+            self.source = own if own.is_dir() else SOLUTIONS
         self.results = self.root / "results"
-        self.staged = self.root / "submitted"
+        self.staged = self.root / "staged"
+        self.submitted = self.root / "submitted"  # nbgrader's collect and submit write here
         self.release = self.root / "release"  # nbgrader's generate_assignment writes here
         self.gradebook = self.root / "gradebook.db"
         # The runners' job folders: this course's own, in the system's temporary folder (the
@@ -300,14 +311,15 @@ class Course:
         for stamp in [*self.graded_stamps(), *self.release.glob(".*.source-sha256")]:
             stamp.unlink()
 
-    def api(self) -> NbGraderAPI:
-        """nbgrader's API on this course, recording with the grader's results (InjectResults in
-        place of nbgrader's Execute: no student code runs while nbgrader records)."""
+    def config(self) -> Config:
+        """nbgrader's settings for this course, as every nbgrader command run in it reads them
+        (`grader init` writes an nbgrader_config.py that loads them): nbgrader's folders, one
+        gradebook, and `autograde` grading through the course's sandboxed checks."""
         from grader.nbgrader_steps import InjectResults  # it reads Results: import late
 
         config = course_config(root=self.root, source=self.source, release=self.release)
-        config.CourseDirectory.submitted_directory = str(self.staged)
         config.InjectResults.results_dir = str(self.results)
+        config.InjectResults.submissions_dir = str(self.submitted)
         config.Autograde.autograde_preprocessors = [
             InjectResults,
             IgnorePattern,
@@ -324,6 +336,14 @@ class Course:
             "nbgrader.preprocessors.GetGrades",
             "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
         ]
+        return config
+
+    def api(self) -> NbGraderAPI:
+        """nbgrader for `grader autograde`'s recording: it reads the staged copies, and the
+        results just graded are the submission's own."""
+        config = self.config()
+        config.CourseDirectory.submitted_directory = str(self.staged)
+        config.InjectResults.graded_now = True
         return NbGraderAPI(config=config)
 
     def cell_scores(self, student: str, assignment: str) -> dict[str, float | None] | None:
