@@ -54,12 +54,12 @@ from common import (
 from grader.autograde import Course, autograde, prepare
 from grader.checks import EXERCISES
 from grader.checks.core import outputs_of, plan
-from grader.checks.probe import load_answer
 from grader.config import assignments, course_config, use_this_environment
 from grader.demo import PROFILES, Profile, write_class
 from grader.nbgrader_steps import TEST_SUFFIX
 from grader.notebook import answer_source, exercises_of, setup_code, source_notebook
 from grader.sandbox import available as sandbox_available
+from grader.sandboxed.probe import load_answer
 from grader.submission import grade_notebooks
 
 try:  # psutil comes with jupyter's dependencies; without it only the largest process is known
@@ -418,7 +418,7 @@ def mean_student_code_seconds(profiles: dict[str, Profile]) -> float:
 def runner_startup_seconds() -> float:
     """What every runner pays before any student code: Python, torch and the checks imported."""
     start = time.perf_counter()
-    command = [sys.executable, "-c", "import grader.runner"]
+    command = [sys.executable, "-c", "import grader.sandboxed.runner"]
     subprocess.run(command, check=True, env=grading_env(), capture_output=True)
     return time.perf_counter() - start
 

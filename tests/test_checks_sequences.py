@@ -16,7 +16,8 @@ from conftest import SEEDS, answer_from, solution_answers
 import norm_utils
 from grader.checks import CheckFailed, check, run
 from grader.checks.core import StudentError, expected_outputs, judge_check, outputs_of, plan
-from grader.checks.sequences import EXERCISES, RAISED
+from grader.checks.sequences import EXERCISES
+from grader.sandboxed.probes import RAISED
 
 ASSIGNMENT = "03_sequences"
 BY_NAME = {e.name: e for e in EXERCISES}

@@ -1,7 +1,7 @@
 """A fault of the grader is never a student's grade, and every stop is clean.
 
 A small class is graded once, cleanly, with a fixed seed; each test then breaks the grader in
-one way (a runner that cannot read its job or start, a full disk, a signal at a random moment, a
+one way (a runner that cannot start, a full disk, a signal at a random moment, a
 second run, a lost gradebook) and checks that nothing wrong was recorded, that the run says so
 and exits non-zero, and that the next run reaches exactly the clean run's per-cell scores.
 """
@@ -35,7 +35,7 @@ from grader.demo import (
     write_class,
 )
 from grader.nbgrader_steps import TEST_SUFFIX
-from grader.sandbox import Sandbox, available
+from grader.sandbox import RUNNER_ROOT, Sandbox, available
 from grader.submission import Limits
 
 pytestmark = pytest.mark.skipif(not available(), reason="bubblewrap is not installed")
@@ -142,9 +142,9 @@ class BrokenSandbox(Sandbox):
         self.starts += 1
         if self.starts not in self.broken:
             return full
-        if self.how == "hide the job":  # e.g. a private /tmp over a job folder inside /tmp
+        if self.how == "hide the runner":  # e.g. a folder the runner's uid may not enter
             at = full.index("--chdir")
-            return [*full[:at], "--tmpfs", str(job), *full[at:]]
+            return [*full[:at], "--tmpfs", str(RUNNER_ROOT), *full[at:]]
         return ["bwrap", "--no-such-option"]  # bubblewrap itself fails to set up
 
 
@@ -152,7 +152,7 @@ def newcomer_outcomes(outcomes):
     return [o for o in outcomes if o.task.student == NEWCOMER]
 
 
-@pytest.mark.parametrize("how", ["hide the job", "bwrap fails"])
+@pytest.mark.parametrize("how", ["hide the runner", "bwrap fails"])
 def test_a_runner_that_cannot_start_is_a_grader_error_graded_by_the_next_run(course_copy, how):
     course, submissions = course_copy
     before = recorded(course)

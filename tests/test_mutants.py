@@ -13,9 +13,9 @@ import pytest
 
 from grader.checks import EXERCISES
 from grader.checks.mutation import judge_mutant, mutants
-from grader.checks.probe import load_answer
 from grader.config import assignments
 from grader.notebook import answer_source, exercises_of, setup_code, source_notebook
+from grader.sandboxed.probe import load_answer
 
 SAMPLE = 80  # of ~560 mutants; the whole set takes ~40 s (bench/mutants.py)
 SPECIFIC = 0.75  # this sample measures 0.80, every mutant 0.84 (docs/mutants.md)

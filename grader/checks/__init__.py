@@ -20,7 +20,7 @@ import torch
 from grader.checks import batch_norm, layer_norm, placement, sequences
 from grader.checks.core import Exercise, Verdict, judge, plan
 from grader.checks.integrity import forbidden_uses, integrity_message
-from grader.checks.probe import call
+from grader.sandboxed.probe import call
 
 # One module per notebook, each exporting EXERCISES; an exercise's name is unique course-wide.
 EXERCISES: dict[str, Exercise] = {
