@@ -19,7 +19,7 @@ import numpy as np
 
 HEADER_BYTES = 8
 MAX_JSON_BYTES = 1 << 20
-MAX_ARRAYS_BYTES = 64 << 20
+MAX_ARRAYS_BYTES = 16 << 20  # 16 times the largest output of any check
 MAX_FRAME_BYTES = HEADER_BYTES + MAX_JSON_BYTES + MAX_ARRAYS_BYTES
 
 
