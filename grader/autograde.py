@@ -49,7 +49,13 @@ from nbgrader.preprocessors import (
 from grader.config import assignments, course_config, course_source, use_this_environment
 from grader.discovery import student_folders
 from grader.nbgrader_steps import InjectResults, results_path
-from grader.notebook import read_notebook, restore_metadata, source_notebook, submitted_bytes
+from grader.notebook import (
+    read_notebook,
+    restore_metadata,
+    source_notebook,
+    submitted_bytes,
+    untag_earlier_copies,
+)
 from grader.sandbox import Sandbox
 from grader.submission import (
     DEFAULT_LIMITS,
@@ -317,6 +323,7 @@ def _stage(course: Course, task: Task) -> None:
     except ValueError:
         notebook = read_notebook(course.root / "release" / task.assignment / target.name)
     restore_metadata(notebook, source_notebook(task.assignment))
+    untag_earlier_copies(notebook)
     nbformat.write(notebook, target)
 
 

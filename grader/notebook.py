@@ -106,6 +106,19 @@ def restore_metadata(submitted: nbformat.NotebookNode, source: nbformat.Notebook
     return restored
 
 
+def untag_earlier_copies(notebook: nbformat.NotebookNode) -> int:
+    """A cell copied in Jupyter keeps its nbgrader metadata, so a grade_id can appear twice,
+    which nbgrader refuses to record. The last copy is the one graded (see answer_source), so
+    the earlier ones lose their tag; returns how many did."""
+    last = {_grade_id(c): c for c in notebook.cells if _grade_id(c)}
+    untagged = 0
+    for cell in notebook.cells:
+        if _grade_id(cell) and last[_grade_id(cell)] is not cell:
+            del cell.metadata["nbgrader"]
+            untagged += 1
+    return untagged
+
+
 def _visible_part(source: str) -> str:
     """A test cell as the student sees it: without its hidden region."""
     kept, hidden = [], False

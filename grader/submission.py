@@ -278,6 +278,8 @@ def grade_notebooks(
                     "source": answers[name],
                     "probe": EXERCISES[name].probe.__name__,
                     "forbidden": list(EXERCISES[name].forbidden),
+                    "operators": list(EXERCISES[name].forbidden.operators),
+                    "python": list(EXERCISES[name].forbidden.python),
                     "cases": len(plans[name]),
                 }
             )

@@ -24,6 +24,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbgrader.api import Gradebook
+from test_sandbox import make_venv, python_anyone_can_run
 
 from grader.autograde import Course, autograde
 from grader.config import REPO
@@ -73,6 +74,90 @@ def honest_layer_norm() -> str:
         c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "layer_norm"
     )
     return cell.source
+
+
+# Routes to the library's normalization that no name in the answer gives away: another thread
+# (which has its own profile hook and torch-function mode stack), torch functions switched off,
+# a sibling norm after a reshape, torch's and norm_utils' Python implementations, and attempts
+# to undo the block first. Each answer is otherwise the whole exercise: only the block stops it.
+ROUTE_HEAD = (
+    "def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):\n"
+    "    shape = [normalized_shape] if isinstance(normalized_shape, int) else normalized_shape\n"
+    "    shape = list(shape)\n"
+    "    dims = tuple(range(-len(shape), 0))\n"
+    "    n = x[(0,) * (x.dim() - len(shape))].numel()\n"
+    "    rows = x.reshape(-1, n)\n"
+)
+AFFINE = "    y = y if weight is None else y * weight\n    return y if bias is None else y + bias\n"
+POOL = "from concurrent.futures import ThreadPoolExecutor\n\n"
+IN_A_THREAD = (
+    "    library = F.__dict__['layer' + '_norm']\n"
+    "    return ThreadPoolExecutor(1).submit(library, x, shape, weight, bias, eps).result()\n"
+)
+FIND_IN_GC = "import sys\n\nfor o in sys.modules['g' + 'c'].get_objects():\n"
+
+
+def library_routes() -> dict[str, tuple[str, str, float]]:
+    routes = {
+        "library_in_a_thread": POOL + ROUTE_HEAD + IN_A_THREAD,
+        "aten_with_torch_functions_off": ROUTE_HEAD
+        + "    aten = torch.ops.aten.__getattr__('native_layer' + '_norm')\n"
+        "    with torch._C.DisableTorchFunction():\n"
+        "        return aten(x, shape, weight, bias, eps)[0]\n",
+        "module_in_a_thread": "import threading\n\n"
+        + ROUTE_HEAD
+        + "    module = nn.__dict__['Layer' + 'Norm'](shape, eps=eps, elementwise_affine=False)\n"
+        "    out = []\n"
+        "    worker = threading.Thread(target=lambda: out.append(module.to(x.dtype)(x)))\n"
+        "    worker.start()\n"
+        "    worker.join()\n"
+        "    y = out[0]\n" + AFFINE,
+        "sibling_instance_norm": ROUTE_HEAD
+        + "    y = F.instance_norm(rows[None], eps=eps)[0].reshape(x.shape)\n"
+        + AFFINE,
+        "sibling_batch_norm_transposed": ROUTE_HEAD
+        + "    y = F.batch_norm(rows.T, None, None, training=True, eps=eps).T.reshape(x.shape)\n"
+        + AFFINE,
+        "sibling_rms_norm_centred": ROUTE_HEAD
+        + "    y = F.rms_norm(x - x.mean(dims, keepdim=True), shape, eps=eps)\n"
+        + AFFINE,
+        "torch_refs_private_helper": ROUTE_HEAD
+        + "    y = torch._refs._normalize(x, dims, eps)[0].to(x.dtype)\n"
+        + AFFINE,
+        "torch_decomposition_helper": "from torch._decomp import decompositions\n\n"
+        + ROUTE_HEAD
+        + "    helper = decompositions.__dict__['native_batch_norm' + '_helper']\n"
+        "    y = helper(rows.T, None, None, None, None, True, 0.1, eps, False)[0]\n"
+        "    y = y.T.reshape(x.shape)\n" + AFFINE,
+        "torch_refs_by_module_name": "import sys\n\n"
+        + ROUTE_HEAD
+        + "    refs = sys.modules['torch._refs']\n"
+        "    return refs.__dict__['native_layer' + '_norm'](x, shape, weight, bias, eps)[0]\n",
+        "norm_utils_private_moments": ROUTE_HEAD
+        + "    mean, var = nu.functional._moments(x, dims)\n"
+        "    y = ((x - mean) / torch.sqrt(var + eps)).to(x.dtype)\n" + AFFINE,
+        "norm_utils_in_a_thread": POOL
+        + ROUTE_HEAD
+        + "    ref = nu.functional.__dict__['layer' + '_norm']\n"
+        "    return ThreadPoolExecutor(1).submit(ref, x, shape, weight, bias, eps).result()\n",
+        "norm_utils_sibling_instance_norm": ROUTE_HEAD
+        + "    y = nu.functional.instance_norm(rows[None], eps=eps)[0].reshape(x.shape)\n"
+        + AFFINE,
+        "destroy_the_block_through_gc": FIND_IN_GC
+        + "    if isinstance(o, torch.library.Library):\n"
+        "        o._destroy()\n\n" + POOL + ROUTE_HEAD + IN_A_THREAD,
+        "defuse_the_refusals": FIND_IN_GC
+        + "    if type(o).__name__ == 'function' and 'sandboxed' in (o.__module__ or ''):\n"
+        "        if not o.__closure__:\n"
+        "            o.__code__ = (lambda *a, **k: None).__code__\n\n"
+        + POOL
+        + ROUTE_HEAD
+        + IN_A_THREAD,
+    }
+    # Defused, a refusal still gives nothing back: no library values, no points.
+    words = {"defuse_the_refusals": "layer_norm: 0 / 10"}
+    blocked = "library's own implementation"
+    return {name: (code, words.get(name, blocked), 0) for name, code in routes.items()}
 
 
 # name -> (code of the layer_norm answer cell, words the feedback must contain, points it may keep)
@@ -261,6 +346,7 @@ def attacks(port: int, course: Path, submissions: Path) -> dict[str, tuple[str, 
             "ModuleNotFoundError",
             0,
         ),
+        **library_routes(),
     }
 
 
@@ -478,6 +564,80 @@ def test_nothing_a_runner_leaves_reaches_the_next(two_runs, what, between):
     first, second = two_runs
     run_in(first, leave)
     assert run_in(first if between == "students" else second, find) == 0
+
+
+# The same, grading as an ordinary user: no uid of its own per runner, so what keeps students
+# apart is bubblewrap's namespaces alone. One more thing to find: another student's job folder,
+# which belongs to the same uid.
+AS_A_USER = """
+import json, subprocess, sys, tempfile
+from pathlib import Path
+
+from grader.sandbox import Sandbox
+
+left_behind, other_job = json.loads(sys.stdin.read())
+first, second = Sandbox(), Sandbox()
+
+
+def run_in(sandbox, code):
+    with tempfile.TemporaryDirectory(prefix="grade-") as job:
+        command = sandbox.command([sys.executable, "-c", code], Path(job))
+        return subprocess.run(command, capture_output=True, timeout=60).returncode
+
+
+found = {}
+for what, (leave, find) in left_behind.items():
+    for between, later in (("students", first), ("runs", second)):
+        run_in(first, leave)
+        found[f"{what} between {between}"] = run_in(later, find)
+with tempfile.TemporaryDirectory(prefix="grade-") as job:  # a classmate's, being graded
+    Path(job, "job.json").write_text("answers")
+    found["another student's job"] = run_in(first, other_job.format(job=job))
+print(json.dumps(found))
+"""
+OTHER_JOB = (
+    "import glob, os\n\n"
+    "siblings = glob.glob(os.path.join(os.path.dirname(os.getcwd()), 'grade-*'))\n"
+    "exit(3 if os.path.exists({job!r}) or siblings != [os.getcwd()] else 0)"
+)
+
+
+@pytest.fixture(scope="module")
+def as_a_user() -> dict[str, int]:
+    if os.geteuid() != 0:
+        pytest.skip("only root can become an ordinary user")
+    user = 4242  # no passwd entry is needed
+    base = python_anyone_can_run(user)
+    if base is None:
+        pytest.skip(f"no Python {sys.version_info[:2]} that an ordinary user may run")
+    with tempfile.TemporaryDirectory() as scratch:  # pytest's own folders are root's alone
+        Path(scratch).chmod(0o755)
+        home = Path(scratch) / "home"
+        home.mkdir(mode=0o750)
+        python = make_venv(home / ".venvs" / "course", [], base)
+        for path in [home, *home.rglob("*")]:
+            os.chown(path, user, user, follow_symlinks=False)
+        drop = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]
+        done = subprocess.run(
+            [*drop, str(python), "-c", AS_A_USER],
+            input=json.dumps([LEFT_BEHIND, OTHER_JOB]),
+            cwd=home,
+            env={"PATH": os.environ["PATH"], "HOME": str(home)},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    "what",
+    [f"{w} between {b}" for w in sorted(LEFT_BEHIND) for b in ("students", "runs")]
+    + ["another student's job"],
+)
+def test_graded_as_an_ordinary_user_nothing_reaches_another_student(as_a_user, what):
+    assert as_a_user[what] == 0
 
 
 FORGE_A_RECORD = """

@@ -9,8 +9,10 @@ and exits non-zero, and that the next run reaches exactly the clean run's per-ce
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import random
+import shlex
 import shutil
 import signal
 import sqlite3
@@ -19,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
@@ -127,6 +130,18 @@ def course_copy(clean, tmp_path):
     return Course(tmp_path / "course"), tmp_path / "submissions"
 
 
+# Forwards what to run and the first exercise's inputs (two frames) from stdin, then ends.
+FORWARD_ONE = """import sys
+
+source, sink = sys.stdin.buffer, sys.stdout.buffer
+for _ in range(2):
+    header = source.read(8)
+    sink.write(header + source.read(int.from_bytes(header, "big")))
+sink.close()
+source.read()
+"""
+
+
 class BrokenSandbox(Sandbox):
     """A sandbox whose runner starts numbered in `broken` (1, 2, ...) fail as `how` says."""
 
@@ -145,6 +160,8 @@ class BrokenSandbox(Sandbox):
         if self.how == "hide the runner":  # e.g. a folder the runner's uid may not enter
             at = full.index("--chdir")
             return [*full[:at], "--tmpfs", str(RUNNER_ROOT), *full[at:]]
+        if self.how == "cut the job":  # its stdin ends after the first exercise's inputs
+            return ["sh", "-c", f'{shlex.quote(sys.executable)} -c "$0" | "$@"', FORWARD_ONE, *full]
         return ["bwrap", "--no-such-option"]  # bubblewrap itself fails to set up
 
 
@@ -211,6 +228,48 @@ def test_a_full_disk_in_the_course_folder_is_a_grader_error_graded_by_the_next_r
         )
     finally:
         subprocess.run(["umount", "-l", str(disk)])
+
+
+def test_a_runner_that_cannot_read_its_whole_job_is_a_grader_error_graded_by_the_next_run(
+    course_copy,
+):
+    """The runner's `fault` line, after student code ran: its job ends after the first
+    exercise's inputs, so it cannot run the rest. That is the grader's failure, not the
+    student's: nothing is recorded for the submission, and the next run grades it."""
+    course, submissions = course_copy
+    before = recorded(course)
+    sandbox = BrokenSandbox("cut the job", broken={1, 2})
+    outcomes = newcomer_outcomes(run_autograde(course, submissions, sandbox))
+    assert len(outcomes) == len(assignments())
+    assert all(o.grader_fault and "not graded: grader error" in o.problem for o in outcomes)
+    assert all("the job ended early" in o.problem for o in outcomes)
+    assert recorded(course) == before  # nothing recorded for the newcomer: no 0, no stamp
+    assert not list((course.results / NEWCOMER).glob("*.graded"))
+
+    regraded = newcomer_outcomes(run_autograde(course, submissions, sandbox))
+    assert [o.problem for o in regraded if o.problem] == []
+    after = recorded(course)
+    assert {a: after[(NEWCOMER, a)] for a in assignments()} == {
+        a: expected_scores(CLASS)[("ada", a)] for a in assignments()
+    }
+
+
+def test_a_duplicated_answer_cell_is_graded_and_recorded_not_skipped(course_copy):
+    """Two answer cells with the same grade_id (a cell copied in Jupyter): the last one is the
+    answer, as when the notebook runs top to bottom, and the notebook is recorded."""
+    course, submissions = course_copy
+    first = assignments()[0]
+    path = submissions / NEWCOMER / first / f"{first}.ipynb"
+    notebook = nbformat.read(path, 4)
+    answer = next(c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("solution"))
+    earlier = copy.deepcopy(answer)
+    earlier.source = answer.source.replace("return", "return 0 *", 1)  # a draft, overwritten
+    earlier.id = "pasted-copy"  # Jupyter gives a pasted cell its own id, not its metadata
+    notebook.cells.insert(notebook.cells.index(answer), earlier)
+    nbformat.write(notebook, path)
+    done = _cli("autograde", "--course", course.root, submissions, "--seed", SEED)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert recorded(course)[(NEWCOMER, first)] == expected_scores(CLASS)[("ada", first)]
 
 
 def _cli(*args) -> subprocess.CompletedProcess:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 import io
 import sys
+import tracemalloc
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -71,10 +73,24 @@ def test_a_frame_holds_only_plain_arrays_and_a_json_object():
         record.decode(frame[:4])
 
 
-def test_a_frame_with_compressed_arrays_is_refused_unread():
+def test_a_compressed_frame_is_refused_without_being_decompressed():
+    """A zip bomb where an exercise's arrays belong: 512 MB of float64 zeros deflated to half a
+    MB. Reading it costs the grader no more than the frame's cap, not the member's size."""
+    count = 64 << 20
     bomb = io.BytesIO()
-    np.savez_compressed(bomb, y=np.zeros(1 << 20))  # 8 MB that compress to a few kB
-    meta = b"{}"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as npz:
+        with npz.open("0/y.npy", "w", force_zip64=True) as member:
+            header = {"descr": "<f8", "fortran_order": False, "shape": (count,)}
+            np.lib.format.write_array_header_2_0(member, header)
+            for _ in range(count // (1 << 20)):
+                member.write(bytes(8 << 20))
+    meta = b'{"errors": {}, "calls": []}'
     frame = len(meta).to_bytes(record.HEADER_BYTES, "big") + meta + bomb.getvalue()
-    with pytest.raises(record.BadFrame, match="not plain arrays"):
-        record.decode(frame)
+    tracemalloc.start()
+    try:
+        with pytest.raises(record.BadFrame, match="not plain arrays"):
+            record.decode(frame)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < record.MAX_ARRAYS_BYTES + (16 << 20)

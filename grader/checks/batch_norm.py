@@ -41,6 +41,7 @@ from torch import nn
 
 from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, also_visible
 from grader.checks.inputs import randn, with_spread
+from grader.checks.library import NORMALIZATIONS, forbid
 from grader.checks.properties import BATCH_NORM_TRAINING, GROUP_NORM_SETS, trailing_norm
 from grader.sandboxed.probes import (
     probe_batch_norm,
@@ -203,29 +204,7 @@ BATCH_NORM = Exercise(
     name="batch_norm",
     reference=F.batch_norm,
     probe=probe_batch_norm,
-    forbidden=(
-        "batch_norm",
-        "native_batch_norm",
-        "_native_batch_norm_legit",
-        "_native_batch_norm_legit_no_training",
-        "_batch_norm_impl_index",
-        "_batch_norm_with_update",
-        "_batch_norm_no_update",
-        "BatchNorm",
-        "BatchNorm1d",
-        "BatchNorm2d",
-        "BatchNorm3d",
-        "instance_norm",
-        "InstanceNorm1d",
-        "InstanceNorm2d",
-        "InstanceNorm3d",
-        "layer_norm",
-        "native_layer_norm",
-        "LayerNorm",
-        "group_norm",
-        "native_group_norm",
-        "GroupNorm",
-    ),
+    forbidden=forbid(*NORMALIZATIONS),
     mistakes=BATCH_NORM_MISTAKES,
     properties=(BATCH_NORM_TRAINING,),
     forms=(("x", "2-d"), ("x", "3-d")),
@@ -520,25 +499,7 @@ GROUP_NORM = Exercise(
     probe=probe_group_norm,
     properties=(GROUP_NORM_SETS,),
     forms=(("x", "3-d"), ("x", "4-d")),
-    forbidden=(
-        "group_norm",
-        "native_group_norm",
-        "GroupNorm",
-        "layer_norm",
-        "native_layer_norm",
-        "LayerNorm",
-        "instance_norm",
-        "InstanceNorm1d",
-        "InstanceNorm2d",
-        "InstanceNorm3d",
-        "batch_norm",
-        "native_batch_norm",
-        "_native_batch_norm_legit",
-        "_native_batch_norm_legit_no_training",
-        "BatchNorm1d",
-        "BatchNorm2d",
-        "BatchNorm3d",
-    ),
+    forbidden=forbid(*NORMALIZATIONS),
     mistakes=(
         Mistake(
             "unbiased variance",
@@ -683,18 +644,7 @@ RMS_NORM = Exercise(
         ("x", "float32"),
         ("x", "float64"),
     ),
-    forbidden=(
-        "rms_norm",
-        "_fused_rms_norm",
-        "RMSNorm",
-        "layer_norm",
-        "native_layer_norm",
-        "LayerNorm",
-        "group_norm",
-        "native_group_norm",
-        "GroupNorm",
-        "normalize",
-    ),
+    forbidden=forbid(*NORMALIZATIONS),
     mistakes=(
         Mistake(
             "mean subtracted",

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from grader.checks.library import Forbidden
 from grader.checks.properties import Invariant, Normalized, explain, extent
 from grader.sandboxed.probe import Arrays, Outputs, Probe, StudentError, outputs_of
 
@@ -68,8 +69,8 @@ class Exercise:
     probe: Probe
     checks: tuple[Check, ...]
     mistakes: tuple[Mistake, ...] = ()
-    # Library calls that would do the exercise for the student (torch function names).
-    forbidden: tuple[str, ...] = ()
+    # The library's implementations that would do the exercise for the student (library.py).
+    forbidden: Forbidden = field(default_factory=Forbidden)
     # (argument, form) pairs the exercise's text promises, each of which some check must pass:
     # a type name ("int", "tuple", "list", "Tensor"), a dtype ("float64") or a rank ("3-d").
     forms: tuple[tuple[str, str], ...] = ()

@@ -21,6 +21,9 @@ TAMPERING = {
     "_set_torch_function_mode",
 }
 OFF_LIMITS_MODULES = ("grader", "importlib", "ctypes", "gc", "inspect")
+# torch's own Python implementations of its operators, normalizations among them, and their
+# private helpers: an answer has no use for them.
+TORCH_INTERNALS = {"_refs", "_decomp", "_prims", "_prims_common"}
 
 
 def _computed_attribute(node: ast.Call) -> bool:
@@ -33,8 +36,24 @@ def _computed_attribute(node: ast.Call) -> bool:
     )
 
 
+def _off_limits_imports(node: ast.Import | ast.ImportFrom) -> list[str]:
+    """Each import of the grader, of a module that reaches into Python's machinery, or of
+    torch's internals, as written."""
+    if isinstance(node, ast.Import):
+        imported = [(f"import {a.name}", a.name) for a in node.names]
+    else:
+        module = node.module or ""
+        imported = [(f"from {module} import {a.name}", f"{module}.{a.name}") for a in node.names]
+    return [
+        text
+        for text, dotted in imported
+        if dotted.split(".")[0] in OFF_LIMITS_MODULES or TORCH_INTERNALS & set(dotted.split("."))
+    ]
+
+
 def hidden_calls(tree: ast.AST) -> list[str]:
-    """Dynamic calls, computed attribute names, tripwire tampering, imports of the grader."""
+    """Dynamic calls, computed attribute names, tripwire tampering, imports of the grader, and
+    torch's internals."""
     found = []
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)
@@ -43,19 +62,12 @@ def hidden_calls(tree: ast.AST) -> list[str]:
             or _computed_attribute(node)
         ):
             found.append(f"{ast.unparse(node.func)}(…) (line {line})")
-        elif isinstance(node, ast.Attribute) and node.attr in TAMPERING:
+        elif isinstance(node, ast.Attribute) and node.attr in TAMPERING | TORCH_INTERNALS:
             found.append(f"{ast.unparse(node)} (line {line})")
         elif isinstance(node, ast.Import | ast.ImportFrom):
-            modules = (
-                [a.name for a in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
-            )
-            found += [
-                f"import {m} (line {line})"
-                for m in modules
-                if m.split(".")[0] in OFF_LIMITS_MODULES
-            ]
+            found += [f"{text} (line {line})" for text in _off_limits_imports(node)]
+        elif isinstance(node, ast.Constant) and TORCH_INTERNALS & set(str(node.value).split(".")):
+            found.append(f"{node.value!r} (line {line})")  # sys.modules["torch._refs"]
     return found
 
 

@@ -26,6 +26,7 @@ import torch
 
 from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, also_visible
 from grader.checks.inputs import randn, with_spread
+from grader.checks.library import NORMALIZATIONS, VARIANCE, forbid
 from grader.checks.properties import LAYER_NORM_BACKWARD as BACKWARD_INVARIANTS
 from grader.checks.properties import trailing_norm
 from grader.sandboxed.probe import trailing_dims
@@ -163,7 +164,7 @@ LAYER_NORM = Exercise(
     name="layer_norm",
     reference=ref.layer_norm,
     probe=probe_layer_norm,
-    forbidden=("layer_norm", "native_layer_norm", "LayerNorm", "group_norm", "GroupNorm"),
+    forbidden=forbid(*NORMALIZATIONS),
     mistakes=LAYER_NORM_MISTAKES,
     properties=(trailing_norm(centered=True),),
     forms=(("normalized_shape", "int"), ("normalized_shape", "tuple")),
@@ -267,7 +268,7 @@ STABLE_VAR = Exercise(
     name="stable_var",
     reference=_var_reference,
     probe=probe_var,
-    forbidden=("var", "var_mean", "std", "std_mean", "layer_norm", "native_layer_norm"),
+    forbidden=forbid(VARIANCE, *NORMALIZATIONS),
     mistakes=(
         Mistake(
             "E[x²]−E[x]² cancellation",
@@ -355,7 +356,7 @@ LAYER_NORM_BACKWARD = Exercise(
     reference=ref.layer_norm_backward,
     probe=probe_backward,
     properties=BACKWARD_INVARIANTS,
-    forbidden=("layer_norm", "native_layer_norm", "native_layer_norm_backward", "LayerNorm"),
+    forbidden=forbid(*NORMALIZATIONS),
     forms=(("normalized_shape", "int"), ("normalized_shape", "tuple")),
     mistakes=(
         Mistake(

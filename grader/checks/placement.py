@@ -26,6 +26,7 @@ import numpy as np
 from torch import nn
 
 from grader.checks.core import Arrays, Check, Exercise, Mistake
+from grader.checks.library import forbid
 from grader.sandboxed import probes
 from grader.sandboxed.probes import probe_block, probe_stack
 from norm_utils.blocks import Encoder, PostLNBlock, PreLNBlock
@@ -364,7 +365,7 @@ POST_LN_BLOCK = Exercise(
     probe=probe_block,
     checks=_block_checks("norm_first=False", "LN₂(LN₁(x + b₁) + b₂)"),
     mistakes=POST_LN_MISTAKES,
-    forbidden=_BLOCK_FORBIDDEN,
+    forbidden=forbid(own=_BLOCK_FORBIDDEN),
 )
 
 PRE_LN_BLOCK = Exercise(
@@ -373,7 +374,7 @@ PRE_LN_BLOCK = Exercise(
     probe=probe_block,
     checks=_block_checks("norm_first=True", "x + b₁ + b₂, the residual path untouched"),
     mistakes=PRE_LN_MISTAKES,
-    forbidden=_BLOCK_FORBIDDEN,
+    forbidden=forbid(own=_BLOCK_FORBIDDEN),
 )
 
 PRE_LN_ENCODER = Exercise(
@@ -411,7 +412,7 @@ PRE_LN_ENCODER = Exercise(
         ),
     ),
     mistakes=ENCODER_MISTAKES,
-    forbidden=("TransformerEncoder", "Encoder", "Transformer", "TinyLM"),
+    forbidden=forbid(own=("TransformerEncoder", "Encoder", "Transformer", "TinyLM")),
 )
 
 EXERCISES = (POST_LN_BLOCK, PRE_LN_BLOCK, PRE_LN_ENCODER)

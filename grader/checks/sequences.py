@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from grader.checks.core import Arrays, Check, Exercise, Mistake, also_visible
+from grader.checks.library import MASKED_MEAN, NORMALIZATIONS, SEQUENCE_MASKS, forbid
 from grader.checks.properties import MASKED_BATCH_NORM
 from grader.sandboxed.probes import probe_mask, probe_masked_bn, probe_pool
 from norm_utils import masking as ref
@@ -112,7 +113,7 @@ LENGTHS_TO_MASK = Exercise(
     reference=ref.lengths_to_mask,
     probe=probe_mask,
     forms=(("lengths", "list"), ("lengths", "Tensor")),
-    forbidden=("lengths_to_mask", "pad_sequences"),
+    forbidden=forbid(SEQUENCE_MASKS),
     mistakes=(
         Mistake(
             "lengths outside [0, max_len] accepted",
@@ -323,24 +324,7 @@ MASKED_BATCH_NORM = Exercise(
     reference=ref.masked_batch_norm,
     probe=probe_masked_bn,
     properties=(MASKED_BATCH_NORM,),
-    forbidden=(
-        "masked_batch_norm",
-        "batch_norm",
-        "native_batch_norm",
-        "_native_batch_norm_legit",
-        "_native_batch_norm_legit_no_training",
-        "_native_batch_norm_legit_functional",
-        "BatchNorm",
-        "BatchNorm1d",
-        "instance_norm",
-        "InstanceNorm1d",
-        "layer_norm",
-        "native_layer_norm",
-        "LayerNorm",
-        "group_norm",
-        "native_group_norm",
-        "GroupNorm",
-    ),
+    forbidden=forbid(*NORMALIZATIONS),
     mistakes=(
         Mistake(
             "no error for a batch without real tokens",
@@ -517,7 +501,7 @@ MASKED_MEAN_POOL = Exercise(
     name="masked_mean_pool",
     reference=partial(ref.masked_mean, dim=1),
     probe=probe_pool,
-    forbidden=("masked_mean", "masked_mean_pool", "nanmean"),
+    forbidden=forbid(MASKED_MEAN, own=("masked_mean_pool",)),
     mistakes=(
         Mistake(
             "empty sequence gives NaN",

@@ -5,7 +5,8 @@ Started as `python -P -m sandboxed.runner` in the sandbox, where this package is
 its working directory, is not on `sys.path`).
 
 The job comes on stdin as frames (see `record`): first what to run (each exercise's name, the
-imports cell, the answer cell, the probe that calls it, its forbidden library names; the limits),
+imports cell, the answer cell, the probe that calls it, the library implementations it forbids
+and their names; the limits),
 then, one frame per exercise, its inputs. An exercise's inputs are read only when it starts, so
 no earlier answer has them (to compute their outputs ahead, without that exercise's limits on
 library calls), and nothing of the job is ever a file.
@@ -47,7 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import record
+from . import blocking, record
 from .probe import StudentError, Task, call, load_answer, tripwires
 from .probes import PROBES
 
@@ -150,9 +151,11 @@ def _kill_leftovers(pid: int) -> None:
 
 
 def run_exercise(exercise: dict, cases: list[dict[str, np.ndarray]]) -> bytes:
-    """In the forked child: load the answer, run the probe on every case; the result's frame."""
+    """In the forked child: block the library implementations the exercise forbids, load the
+    answer, run the probe on every case; the result's frame."""
     task = Task(exercise["name"], PROBES[exercise["probe"]], tuple(exercise["forbidden"]))
     arrays, fields = {}, {"errors": {}, "calls": []}
+    blocking.block(exercise["operators"], exercise["python"])
     try:
         with tripwires(task) as seen:
             answer = load_answer(exercise["setup"], exercise["source"], task.name)
@@ -164,7 +167,7 @@ def run_exercise(exercise: dict, cases: list[dict[str, np.ndarray]]) -> bytes:
                 fields["errors"][str(i)] = [got.kind, got.message]
             else:
                 arrays.update({f"{i}/{k}": v for k, v in got.items()})
-        fields["calls"] = sorted(calls)
+        fields["calls"] = sorted(calls | blocking.attempted())
     except BaseException as error:  # SystemExit and KeyboardInterrupt too: the answer's, not ours
         fields = {"load_error": [type(error).__name__, str(error)[:300]]}
         arrays = {}

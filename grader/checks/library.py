@@ -1,0 +1,198 @@
+"""The library's implementations an exercise may forbid, by family: one table for every check.
+
+An exercise that asks for an implementation forbids its family, and every family that computes
+the same thing after a reshape: `layer_norm` over the last dim is `group_norm` with one group,
+`instance_norm` with the rows as channels, `batch_norm` in training mode on the transposed
+input, `rms_norm` of the centred input, and `F.normalize` of it times √n (to within ε). So every
+normalization exercise forbids all of `NORMALIZATIONS`.
+
+Each family lists the library's code three ways, for the two places that enforce it:
+
+- `operators`: PyTorch dispatcher operators (every overload, forward and backward), blocked in
+  the exercise's process by `grader.sandboxed.blocking` whatever the route to them;
+- `python`: pure-Python implementations (torch's decompositions and references, `norm_utils`,
+  public and private), poisoned there too;
+- `names`: what the static scan refuses in the answer's text: the above by their last name,
+  plus the `nn` classes and `F` functions that reach them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Family:
+    operators: tuple[str, ...] = ()  # "namespace::name"
+    python: tuple[str, ...] = ()  # "module.function"
+    classes: tuple[str, ...] = ()  # nn classes and other names the source must not use
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        qualified = [o.split("::")[1] for o in self.operators] + [
+            p.rpartition(".")[2] for p in self.python
+        ]
+        return tuple(dict.fromkeys((*qualified, *self.classes)))
+
+
+@dataclass(frozen=True)
+class Forbidden:
+    """What one exercise forbids: families of the table and names of its own (e.g. the
+    `norm_utils` function of the same name). Iterating gives the names the scan refuses."""
+
+    families: tuple[Family, ...] = ()
+    own: tuple[str, ...] = ()
+
+    @property
+    def operators(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(o for f in self.families for o in f.operators))
+
+    @property
+    def python(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(p for f in self.families for p in f.python))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys((*(n for f in self.families for n in f.names), *self.own)))
+
+
+def forbid(*families: Family, own: tuple[str, ...] = ()) -> Forbidden:
+    return Forbidden(families, own)
+
+
+# Every function of norm_utils.functional is a normalization or a piece of one (its moments,
+# running statistics, affine map): an answer may call none of them.
+NORM_UTILS = Family(
+    python=(
+        *(
+            f"norm_utils.functional.{name}"
+            for name in (
+                "_moments",
+                "_normalized_dims",
+                "_check_channels",
+                "_per_channel",
+                "_affine",
+                "_update_running_stats",
+                "layer_norm",
+                "layer_norm_backward",
+                "batch_norm",
+                "group_norm",
+                "instance_norm",
+                "rms_norm",
+            )
+        ),
+        "norm_utils.masking.masked_batch_norm",
+    ),
+    classes=("BatchNorm",),
+)
+
+LAYER_NORM = Family(
+    operators=(
+        "aten::layer_norm",
+        "aten::native_layer_norm",
+        "aten::native_layer_norm_backward",
+        "quantized::layer_norm",
+    ),
+    python=(
+        "torch._refs.native_layer_norm",
+        "torch._refs.nn.functional.layer_norm",
+        "torch._refs._normalize",
+        "torch._decomp.decompositions.native_layer_norm_backward",
+    ),
+    classes=("LayerNorm",),
+)
+
+BATCH_NORM = Family(
+    operators=(
+        "aten::batch_norm",
+        "aten::native_batch_norm",
+        "aten::_native_batch_norm_legit",
+        "aten::_native_batch_norm_legit_no_training",
+        "aten::_native_batch_norm_legit_functional",
+        "aten::_batch_norm_impl_index",
+        "aten::_batch_norm_with_update",
+        "aten::_batch_norm_with_update_functional",
+        "aten::_batch_norm_no_update",
+        "aten::native_batch_norm_backward",
+        "aten::batch_norm_backward",
+        "aten::_batch_norm_impl_index_backward",
+        "quantized::batch_norm",
+        "quantized::batch_norm1d",
+        "quantized::batch_norm2d",
+        "quantized::batch_norm3d",
+    ),
+    python=("torch._decomp.decompositions.native_batch_norm_helper",),
+    classes=(
+        "BatchNorm1d",
+        "BatchNorm2d",
+        "BatchNorm3d",
+        "LazyBatchNorm1d",
+        "LazyBatchNorm2d",
+        "LazyBatchNorm3d",
+        "SyncBatchNorm",
+    ),
+)
+
+INSTANCE_NORM = Family(
+    operators=("aten::instance_norm", "quantized::instance_norm"),
+    classes=(
+        "InstanceNorm1d",
+        "InstanceNorm2d",
+        "InstanceNorm3d",
+        "LazyInstanceNorm1d",
+        "LazyInstanceNorm2d",
+        "LazyInstanceNorm3d",
+    ),
+)
+
+GROUP_NORM = Family(
+    operators=(
+        "aten::group_norm",
+        "aten::native_group_norm",
+        "aten::native_group_norm_backward",
+        "quantized::group_norm",
+    ),
+    python=("torch._refs.native_group_norm", "torch._refs.nn.functional.group_norm"),
+    classes=("GroupNorm",),
+)
+
+RMS_NORM = Family(
+    operators=("aten::rms_norm", "aten::_fused_rms_norm", "aten::_fused_rms_norm_backward"),
+    classes=("RMSNorm",),
+)
+
+# x / ‖x‖: of the centred input, times √n, it is layer_norm without ε.
+L2_NORMALIZE = Family(python=("torch.nn.functional.normalize",))
+
+NORMALIZATIONS = (
+    LAYER_NORM,
+    BATCH_NORM,
+    INSTANCE_NORM,
+    GROUP_NORM,
+    RMS_NORM,
+    L2_NORMALIZE,
+    NORM_UTILS,
+)
+
+# The variance itself, for the exercise that computes it (every normalization above gives it
+# too: native_layer_norm returns 1/√(var+ε), batch_norm's running_var moves by it).
+VARIANCE = Family(
+    operators=(
+        "aten::var",
+        "aten::var_mean",
+        "aten::std",
+        "aten::std_mean",
+        "aten::cov",
+        "prims::var",
+    ),
+    python=("torch._refs.var", "torch._refs.var_mean", "torch._refs.std", "torch._refs.std_mean"),
+)
+
+MASKED_MEAN = Family(
+    operators=("aten::nanmean",),
+    python=("norm_utils.masking.masked_mean",),
+)
+
+SEQUENCE_MASKS = Family(
+    python=("norm_utils.masking.lengths_to_mask", "norm_utils.masking.pad_sequences"),
+)
