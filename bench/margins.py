@@ -26,7 +26,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import markdown_table, print_header, progress
 
 from grader.checks import EXERCISES
-from grader.checks.core import Exercise, expected_outputs, margin, outputs_of
+from grader.checks.core import Check, Exercise, expected_outputs, margin, outputs_of
+
+
+def _margin(exercise: Exercise, check: Check, impl, inputs) -> float:
+    """`margin` of impl's outputs; for a check that expects an exception, 0 when impl raises
+    it and ∞ when it returns values."""
+    if check.expects is None:
+        return margin(
+            outputs_of(exercise, impl, inputs), expected_outputs(exercise, check, inputs), check
+        )
+    try:
+        outputs_of(exercise, impl, inputs)
+    except check.expects:
+        return 0.0
+    return float("inf")
 
 
 def margins(exercise: Exercise, impl, seeds: range) -> list[list[float]]:
@@ -36,9 +50,8 @@ def margins(exercise: Exercise, impl, seeds: range) -> list[list[float]]:
         row = []
         for seed in seeds:
             inputs = check.inputs(np.random.default_rng([seed if check.hidden else 0, i]))
-            want = expected_outputs(exercise, check, inputs)
             try:
-                row.append(margin(outputs_of(exercise, impl, inputs), want, check))
+                row.append(_margin(exercise, check, impl, inputs))
             except Exception:  # a mistake need not apply to every input (e.g. shapes)
                 row.append(float("nan"))
         table.append(row)

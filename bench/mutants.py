@@ -3,7 +3,8 @@
 Every one-place mutant of each exercise's solution cell (`grader/checks/mutation.py`: constants,
 operators, dropped or swapped operands, reductions and their dims, deleted statements) is loaded
 as the autograder loads an answer. Mutants whose outputs equal the solution's on every check's
-inputs under three other seeds are equivalent and left out. The others are graded under
+inputs under six other seeds, and on the same inputs with their values redrawn from another law
+(`mutation.redrawn`), are equivalent and left out. The others are graded under
 `--seed` and counted by what the feedback does:
 
 - missed: full marks (a hole in the checks);

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import re
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 import torch
 from conftest import SEEDS, answer_from
 
-from grader.checks import EXERCISES, CheckFailed, check, grade, run
+from grader.checks import EXERCISES, CheckFailed, check, grade, rubric, run
 from grader.checks import batch_norm as batch_norm_checks
 from grader.checks import layer_norm as layer_norm_checks
 from grader.checks.core import (
@@ -27,7 +28,7 @@ from grader.checks.core import (
 )
 from grader.config import assignments
 from grader.notebook import answer_source, exercises_of, source_notebook
-from grader.sandboxed.probe import trailing_dims
+from grader.sandboxed.probe import call, trailing_dims
 
 CASES = [(e, m) for e in EXERCISES.values() for m in e.mistakes]
 
@@ -95,7 +96,7 @@ def test_the_checks_pass_every_argument_and_every_promised_form(solutions, name)
     exercise, (answer, _) = EXERCISES[name], solutions[name]
     calls: list[dict[str, Any]] = []
     for _, inputs in plan(exercise, hidden=True, seed=0):
-        outputs_of(exercise, _recording(answer, calls), inputs)
+        call(exercise, _recording(answer, calls), inputs)  # refused inputs reach it too
     defaults = {
         p.name: p.default
         for p in inspect.signature(answer).parameters.values()
@@ -359,7 +360,7 @@ def test_a_mistake_variant_with_every_switch_off_is_the_reference(name, variant)
     verdict = judge(
         exercise,
         planned := plan(exercise, hidden=True, seed=0),
-        [outputs_of(exercise, variant, inputs) for _, inputs in planned],
+        [call(exercise, variant, inputs)[0] for _, inputs in planned],
     )
     assert verdict.passed, verdict.render()
 
@@ -407,3 +408,12 @@ def test_a_check_leaves_torchs_random_stream_as_it_was(solutions, name):
     torch.manual_seed(0)
     run(EXERCISES[name], answer, hidden=False, seed=0, source=source)
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_the_documented_rubric_is_the_checks():
+    """docs/rubric.md cannot drift from the checks' points and descriptions."""
+    documented = (Path(__file__).resolve().parents[1] / "docs" / "rubric.md").read_text()
+    assert documented == rubric(), (
+        "docs/rubric.md is stale: regenerate it with .venv/bin/python -c "
+        "\"from grader.checks import rubric; print(rubric(), end='')\" > docs/rubric.md"
+    )

@@ -20,6 +20,7 @@ from grader.checks.batch_norm import (
     EXERCISES,
     PREDICT,
     TORCH_MOMENTUM,
+    _bn_case,
 )
 from grader.checks.core import outputs_of, plan
 from grader.sandboxed.probes import probe_batch_norm, probe_torch_momentum
@@ -54,15 +55,7 @@ def test_some_check_separates_each_mistake_by_far_more_than_its_tolerance(exerci
 
 def _scenario(impl, batches, x_eval):
     """Run the batch_norm probe on `impl` for the given training batches and eval batch."""
-    c = x_eval.shape[1]
-    case = {f"train{i}": b for i, b in enumerate(batches)}
-    case.update(
-        eval=x_eval,
-        running_mean=np.zeros(c, np.float32),
-        running_var=np.ones(c, np.float32),
-        momentum=np.array(0.1),
-        eps=np.array(1e-5),
-    )
+    case = _bn_case(np.random.default_rng(0), batches, x_eval)
     return {k: np.asarray(v) for k, v in probe_batch_norm(impl, case).items()}
 
 

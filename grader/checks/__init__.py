@@ -10,22 +10,58 @@ In a notebook's test cell::
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import linecache
 import os
+import pkgutil
 from typing import Any
 
 import torch
 
-from grader.checks import batch_norm, layer_norm, placement, sequences
 from grader.checks.core import Exercise, Verdict, judge, plan
 from grader.checks.integrity import forbidden_uses, integrity_message
 from grader.sandboxed.probe import call
 
-# One module per notebook, each exporting EXERCISES; an exercise's name is unique course-wide.
-EXERCISES: dict[str, Exercise] = {
-    e.name: e for module in (layer_norm, batch_norm, sequences, placement) for e in module.EXERCISES
-}
+
+# The check modules, found rather than listed: every module of this package that exports
+# EXERCISES (one per notebook); an exercise's name is unique course-wide. A new notebook's
+# checks need only a new module. `mutation` is left out: it grades through this package's `run`.
+def _discover() -> dict[str, Exercise]:
+    found: dict[str, Exercise] = {}
+    for module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+        if module == "mutation" or module.startswith("_"):
+            continue
+        for exercise in getattr(importlib.import_module(f"{__name__}.{module}"), "EXERCISES", ()):
+            if exercise.name in found:
+                raise ValueError(f"two exercises are named {exercise.name!r}")
+            found[exercise.name] = exercise
+    return found
+
+
+EXERCISES: dict[str, Exercise] = _discover()
+
+
+def rubric() -> str:
+    """docs/rubric.md: every exercise's checks and their points, from the checks themselves
+    (tests/test_checks.py fails when the file is not this text)."""
+    lines = [
+        "# Rubric",
+        "",
+        "Generated from `grader.checks.EXERCISES` by `grader.checks.rubric()`; a test fails when",
+        "this file drifts from the checks. Each check module's docstring says why the points fall",
+        "as they do (what is central to the notebook weighs most). A visible check runs in the",
+        "student's own `check()` on fixed inputs; a hidden one only when graded, on inputs drawn",
+        "afresh for each grading run.",
+    ]
+    for e in EXERCISES.values():
+        lines += ["", f"## `{e.name}` ({e.points:g} points)", "", "| points | check | run |"]
+        lines.append("|---|---|---|")
+        lines += [
+            f"| {c.points:g} | {c.description} | {'hidden' if c.hidden else 'visible'} |"
+            for c in e.checks
+        ]
+    return "\n".join(lines) + "\n"
 
 
 class CheckFailed(AssertionError):

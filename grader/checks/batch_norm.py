@@ -42,7 +42,13 @@ from torch import nn
 from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, also_visible
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, forbid
-from grader.checks.properties import BATCH_NORM_TRAINING, GROUP_NORM_SETS, trailing_norm
+from grader.checks.properties import (
+    BATCH_NORM_RUNNING,
+    BATCH_NORM_TRAINING,
+    GROUP_NORM_SETS,
+    Complement,
+    trailing_norm,
+)
 from grader.sandboxed.probes import (
     probe_batch_norm,
     probe_group_norm,
@@ -167,8 +173,8 @@ def _bn_case(
     random_start: bool = False,
 ) -> Arrays:
     c = x_eval.shape[1]
-    case: Arrays = {f"train{i}": b for i, b in enumerate(batches)}
-    case["eval"] = x_eval
+    case: Arrays = {f"training batch {i + 1}": b for i, b in enumerate(batches)}
+    case["evaluation batch"] = x_eval
     dtype = x_eval.dtype
     if random_start:
         case["running_mean"] = rng.normal(0.0, 2.0, c).astype(dtype)
@@ -206,7 +212,7 @@ BATCH_NORM = Exercise(
     probe=probe_batch_norm,
     forbidden=forbid(*NORMALIZATIONS),
     mistakes=BATCH_NORM_MISTAKES,
-    properties=(BATCH_NORM_TRAINING,),
+    properties=(BATCH_NORM_TRAINING, *BATCH_NORM_RUNNING),
     forms=(("x", "2-d"), ("x", "3-d")),
     checks=(
         Check(
@@ -284,6 +290,7 @@ TORCH_MOMENTUM = Exercise(
     name="torch_momentum",
     reference=_keras_to_torch,
     probe=probe_torch_momentum,
+    properties=(Complement(),),
     mistakes=(
         Mistake(
             "convention not converted",

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from grader.checks.library import Forbidden
-from grader.checks.properties import Invariant, Normalized, explain, extent
+from grader.checks.properties import Property, explain, extent
 from grader.sandboxed.probe import Arrays, Outputs, Probe, StudentError, outputs_of
 
 
@@ -45,11 +45,15 @@ class Check:
     inputs: Callable[[np.random.Generator], Arrays]
     points: float
     hidden: bool = False
-    rtol: float = 1e-5
-    atol: float = 1e-5
+    # None: the exercise's tolerance (`Exercise.rtol`, `Exercise.atol`)
+    rtol: float | None = None
+    atol: float | None = None
     # Compare against the reference run in float64 (the ground truth) rather than in the
     # input's dtype: needed where a correct float32 answer is itself off by ~1e-3 (mean 1e4).
     float64_oracle: bool = False
+    # The exception the answer must raise on these inputs (a refused length, an empty batch):
+    # the check passes when it does, whatever the reference would have returned.
+    expects: type[Exception] | None = None
 
 
 def also_visible(check: Check, points: float) -> tuple[Check, Check]:
@@ -75,7 +79,21 @@ class Exercise:
     # a type name ("int", "tuple", "list", "Tensor"), a dtype ("float64") or a rank ("3-d").
     forms: tuple[tuple[str, str], ...] = ()
     # What a correct output always satisfies, to explain a wrong one no known mistake matches.
-    properties: tuple[Normalized | Invariant, ...] = ()
+    properties: tuple[Property, ...] = ()
+    # The tolerance of every check that does not set its own.
+    rtol: float = 1e-5
+    atol: float = 1e-5
+
+    def __post_init__(self) -> None:
+        resolved = tuple(
+            replace(
+                c,
+                rtol=self.rtol if c.rtol is None else c.rtol,
+                atol=self.atol if c.atol is None else c.atol,
+            )
+            for c in self.checks
+        )
+        object.__setattr__(self, "checks", resolved)
 
     @property
     def points(self) -> float:
@@ -196,6 +214,9 @@ def margin(got: Arrays, want: Arrays, check: Check) -> float:
 
 
 def expected_outputs(exercise: Exercise, check: Check, inputs: Arrays) -> Arrays:
+    """The reference's outputs; none for a check that expects an exception."""
+    if check.expects is not None:
+        return {}
     ref_inputs = upcast(inputs) if check.float64_oracle else inputs
     return outputs_of(exercise, exercise.reference, ref_inputs)
 
@@ -225,7 +246,31 @@ def _extent(check: Check, got: Arrays, want: Arrays) -> str:
     return ""
 
 
+def _judge_refusal(exercise: Exercise, check: Check, inputs: Arrays, got: Outputs) -> CheckOutcome:
+    """A check that the answer refuses these inputs by raising `check.expects`."""
+    expected = check.expects.__name__
+    if isinstance(got, StudentError):
+        if got.kind == expected:
+            return CheckOutcome(check, True)
+        # the check's description names the exception expected; say what happened, in the same
+        # words as every other check (a stub's NotImplementedError is then said once)
+        return CheckOutcome(check, False, got.describe(exercise.name), raised=True)
+    for mistake in exercise.mistakes:  # a known way of not refusing, recognized by its output
+        try:
+            wrong = outputs_of(exercise, mistake.impl, inputs)
+        except Exception:
+            continue
+        if not _difference(got, wrong, check):
+            return CheckOutcome(
+                check, False, f"returned values instead of raising {expected}", mistake
+            )
+    finding = f"`{exercise.name}` returned values on inputs it must refuse: raise {expected}"
+    return CheckOutcome(check, False, finding, finding=finding)
+
+
 def judge_check(exercise: Exercise, check: Check, inputs: Arrays, got: Outputs) -> CheckOutcome:
+    if check.expects is not None:
+        return _judge_refusal(exercise, check, inputs, got)
     if isinstance(got, StudentError):
         return CheckOutcome(check, False, got.describe(exercise.name), raised=True)
     want = expected_outputs(exercise, check, inputs)
@@ -235,7 +280,10 @@ def judge_check(exercise: Exercise, check: Check, inputs: Arrays, got: Outputs) 
     mistake = _diagnose(exercise, check, inputs, got, want)
     if mistake is not None:
         return CheckOutcome(check, False, problem, mistake)
-    finding = explain(exercise.properties, inputs, got, want)
+    wrong = {
+        k: w for k, w in want.items() if _difference({k: got[k]} if k in got else {}, {k: w}, check)
+    }
+    finding = explain(exercise.properties, inputs, got, wrong)
     detail = finding or _extent(check, got, want)
     return CheckOutcome(check, False, problem + (f"; {detail}" if detail else ""), finding=finding)
 

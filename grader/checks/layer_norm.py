@@ -28,7 +28,7 @@ from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, also_visi
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, VARIANCE, forbid
 from grader.checks.properties import LAYER_NORM_BACKWARD as BACKWARD_INVARIANTS
-from grader.checks.properties import trailing_norm
+from grader.checks.properties import Variance, trailing_norm
 from grader.sandboxed.probe import trailing_dims
 from grader.sandboxed.probes import probe_backward, probe_layer_norm, probe_var
 from norm_utils import functional as ref
@@ -269,6 +269,7 @@ STABLE_VAR = Exercise(
     reference=_var_reference,
     probe=probe_var,
     forbidden=forbid(VARIANCE, *NORMALIZATIONS),
+    properties=(Variance(),),
     mistakes=(
         Mistake(
             "E[x²]−E[x]² cancellation",
@@ -356,6 +357,7 @@ LAYER_NORM_BACKWARD = Exercise(
     reference=ref.layer_norm_backward,
     probe=probe_backward,
     properties=BACKWARD_INVARIANTS,
+    **_F64,
     forbidden=forbid(*NORMALIZATIONS),
     forms=(("normalized_shape", "int"), ("normalized_shape", "tuple")),
     mistakes=(
@@ -376,28 +378,24 @@ LAYER_NORM_BACKWARD = Exercise(
             "float64 (4, 6) rows with a weight (an int normalized_shape), against autograd",
             lambda rng: _backward_case(rng, 4, 6, as_int=True),
             points=2,
-            **_F64,
         ),
         Check(
             "leading dims (2, 3, 8): grad_weight and grad_bias sum over all of them",
             lambda rng: _backward_case(rng, 2, 3, 8),
             points=1,
             hidden=True,
-            **_F64,
         ),
         Check(
             "normalized_shape spanning two trailing dims",
             lambda rng: _backward_case(rng, 3, 4, 5, ndims=2),
             points=2,
             hidden=True,
-            **_F64,
         ),
         Check(
             "no weight: grad_x alone",
             lambda rng: _backward_case(rng, 5, 7, weight=False),
             points=0.5,
             hidden=True,
-            **_F64,
         ),
         Check(
             "rows whose variance is close to ε, with eps=1e-3 given",

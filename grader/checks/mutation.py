@@ -5,7 +5,8 @@ Each mutant changes one place of an answer's source, the way a student's slip wo
 dropped (a term, a residual, a subtracted mean) or two swapped, a reduction changed (mean ↔ sum,
 its dims dropped or replaced by the last dim, `keepdim` off), or a statement deleted (an in-place
 update, an `if` branch). A mutant is equivalent when its outputs equal the unmutated answer's on
-every check's inputs under several seeds; only the others count (`bench/mutants.py`).
+every check's inputs under several seeds and on those inputs redrawn from another law; only the
+others count (`bench/mutants.py`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from grader.checks import run
-from grader.checks.core import Exercise, Outputs, StudentError, Verdict, plan
+from grader.checks.core import Arrays, Exercise, Outputs, StudentError, Verdict, plan
 from grader.sandboxed.probe import call, load_answer
 
 _SWAPPED_OPS = {
@@ -145,7 +146,8 @@ def mutants(source: str) -> list[Mutant]:
 # ---------------------------------------------------------------------------------------------
 # What the checks make of a mutant
 
-EQUIVALENCE_SEEDS = (101, 102, 103)  # not grading seeds: equivalence is judged on other inputs
+# Not grading seeds: equivalence is judged on other inputs than the ones graded.
+EQUIVALENCE_SEEDS = (101, 102, 103, 104, 105, 106)
 OUTCOMES = ("equivalent", "missed", "named", "explained", "raised", "located")
 
 
@@ -166,13 +168,29 @@ def _same(first: Outputs, second: Outputs) -> bool:
     )
 
 
+def redrawn(inputs: Arrays, rng: np.random.Generator) -> Arrays:
+    """`inputs` with every float array of one dim or more replaced by fresh values of another
+    law (heavy-tailed, its own offset and scale), shapes, dtypes and the rest kept: values the
+    checks' generators never draw, so that equivalence does not rest on their choices."""
+    fresh = {}
+    for key, value in inputs.items():
+        if value.ndim and np.issubdtype(value.dtype, np.floating):
+            law = rng.standard_t(3, value.shape) * rng.uniform(0.1, 10) + rng.normal(0, 5)
+            value = np.where(np.isnan(value), value, law).astype(value.dtype)
+        fresh[key] = value
+    return fresh
+
+
 def equivalent(exercise: Exercise, answer: Any, mutant: Any) -> bool:
-    """The mutant gives the answer's outputs on every check's inputs under other seeds."""
-    return all(
-        _same(call(exercise, answer, inputs)[0], call(exercise, mutant, inputs)[0])
-        for seed in EQUIVALENCE_SEEDS
-        for _, inputs in plan(exercise, hidden=True, seed=seed)
-    )
+    """The mutant gives the answer's outputs on every check's inputs under other seeds than
+    grading's, and on the same inputs with their values redrawn from another law."""
+    for seed in EQUIVALENCE_SEEDS:
+        rng = np.random.default_rng(seed)
+        for _, inputs in plan(exercise, hidden=True, seed=seed):
+            for case in (inputs, redrawn(inputs, rng)):
+                if not _same(call(exercise, answer, case)[0], call(exercise, mutant, case)[0]):
+                    return False
+    return True
 
 
 def outcome(verdict: Verdict) -> str:

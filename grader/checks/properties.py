@@ -7,16 +7,24 @@ outputs split into those sets (`Normalized`); `explain` measures the student's o
 and says which property fails, where and by how much ("rows 0–3 have mean 0.41 over the
 normalized dims, not 0"). A gradient satisfies the invariances of its function instead
 (`Invariant`: LayerNorm's grad_x sums to 0 over a row, and is orthogonal to x − μ), and any
-output that is the correct one scaled or shifted is said to be. It reports only statistics of
-the student's own output and ratios to a correct output, never an input or an expected value.
-Outputs with no such property still get where and how much they differ (`extent`).
+output that is the correct one scaled or shifted is said to be. A running statistic is an
+exponential moving average (`RunningAverage`: which weight, old or new, is off), a variance is
+never negative, 0 on constant values and smallest about the mean (`Variance`), two momentum
+conventions add up to 1 (`Complement`). Any output also tells by its shape which dims were
+reduced (read against the inputs' shapes, `shape_sentence`), by NaN where the correct output is
+finite that a root or a division went wrong, and by a factor that changes from row to row that
+a per-row factor is. It reports only statistics of the student's own output and ratios to a
+correct output, never an input or an expected value. Outputs with no such property still get
+where and how much they differ (`extent`).
 """
 
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -42,6 +50,15 @@ class Normalized:
 
     def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
         return _sentence(self, key, inputs, got, want)
+
+
+class Property(Protocol):
+    """What a correct output always satisfies: outputs whose key starts with `key` are measured
+    by `sentence`, which says in the course's words what a wrong one violates ('' if nothing)."""
+
+    key: str
+
+    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -197,25 +214,134 @@ def _affine_relation(key: str, got: np.ndarray, want: np.ndarray) -> str:
     return ""
 
 
-def explain(
-    properties: tuple[Normalized | Invariant, ...], inputs: Arrays, got: Arrays, want: Arrays
-) -> str:
+def _row_factors(key: str, got: np.ndarray, want: np.ndarray) -> str:
+    """'`grad_x` is the correct value times a factor that changes from row to row', when each
+    row (over the last dim) is the correct one scaled; '' otherwise."""
+    if got.ndim < 2 or not np.all(np.isfinite(got)):
+        return ""
+    rows_got = got.astype(np.float64).reshape(-1, got.shape[-1])
+    rows_want = want.astype(np.float64).reshape(-1, want.shape[-1])
+    norms = np.einsum("ij,ij->i", rows_want, rows_want)
+    if np.any(norms == 0):
+        return ""
+    factors = np.einsum("ij,ij->i", rows_got, rows_want) / norms
+    if np.linalg.norm(rows_got - factors[:, None] * rows_want) > 1e-3 * np.linalg.norm(rows_want):
+        return ""
+    return (
+        f"{key} is the correct value times a factor that changes from row to row (from "
+        f"{factors.min():.4g} to {factors.max():.4g}): a per-row factor, such as 1/σ, is missing "
+        "or wrong"
+    )
+
+
+def _said(p: Property, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+    """`p`'s sentence; '' when the student's output defeats its arithmetic (infinities, a fit
+    that does not converge): a wrong answer never makes the grader fail."""
+    with np.errstate(all="ignore"):
+        try:
+            return p.sentence(key, inputs, got, want)
+        except (ValueError, ArithmeticError, TypeError, np.linalg.LinAlgError):
+            return ""
+
+
+def explain(properties: tuple[Property, ...], inputs: Arrays, got: Arrays, want: Arrays) -> str:
     """The first property of a correct output that `got` violates, in words; '' if none."""
     for key, expected in want.items():
         actual = got.get(key)
-        if actual is None or actual.shape != expected.shape:
+        if actual is None:
             continue
         named = key if " " in key else f"`{key}`"
+        if actual.shape != expected.shape:
+            sentence = shape_sentence(named, actual.shape, expected.shape, inputs)
+            if sentence:
+                return sentence
+            continue
         for p in properties:
             if key.startswith(p.key):
-                sentence = p.sentence(named, inputs, actual, expected)
+                sentence = _said(p, named, inputs, actual, expected)
                 if sentence:
                     return sentence
+        if expected.dtype == np.bool_ and expected.ndim == 0:
+            return f"{named}: {_yes(actual)}, where the exercise asks for {_yes(expected)}"
         if np.issubdtype(expected.dtype, np.floating):
-            sentence = _affine_relation(named, actual, expected)
+            sentence = (
+                _not_finite(named, actual, expected)
+                or _affine_relation(named, actual, expected)
+                or _row_factors(named, actual, expected)
+            )
             if sentence:
                 return sentence
     return ""
+
+
+def _yes(flag: np.ndarray) -> str:
+    return "yes" if bool(flag) else "no"
+
+
+def _dims(dims: tuple[int, ...]) -> str:
+    return f"dim{'s' if len(dims) > 1 else ''} {', '.join(map(str, dims))}"
+
+
+def _removed(full: tuple[int, ...], kept: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The dims of `full` whose removal leaves `kept` (the first such set); None if none."""
+    drop = len(full) - len(kept)
+    if drop <= 0:
+        return None
+    for dims in itertools.combinations(range(len(full)), drop):
+        if tuple(s for i, s in enumerate(full) if i not in dims) == kept:
+            return dims
+    return None
+
+
+_ARGUMENT = re.compile(r"[a-z]+(?:_[a-z]+)*")
+
+
+def shape_sentence(key: str, got: tuple[int, ...], want: tuple[int, ...], inputs: Arrays) -> str:
+    """What a wrong shape says about the computation: every dim reduced, the wrong dims reduced
+    (read against the inputs' shapes), a statistic or a parameter where one value per element
+    belongs, or extra dims from a view built too long; '' when the shape tells nothing."""
+    if got == () and want != ():
+        return f"{key} is a single number: it was reduced over every dim"
+    if len(got) == len(want) and all(g in (w, 1) for g, w in zip(got, want, strict=True)):
+        ones = tuple(i for i, (g, w) in enumerate(zip(got, want, strict=True)) if g != w)
+        return (
+            f"{key} has size 1 along {_dims(ones)}: a statistic or a parameter took the place of "
+            "one value per element"
+        )
+    for name, value in inputs.items():
+        if not (_ARGUMENT.fullmatch(name) and np.issubdtype(value.dtype, np.floating)):
+            continue  # only the exercise's own arguments, by the names its text uses
+        if value.ndim < 1 or value.shape == want:
+            continue
+        if got == value.shape:
+            return f"{key} has the shape of `{name}` alone: `{name}` was not combined with the rest"
+        reduced, expected = _removed(value.shape, got), _removed(value.shape, want)
+        if reduced is not None and expected is not None:
+            return (
+                f"{key} is `{name}` reduced over {_dims(reduced)}, where {_dims(expected)} "
+                "should be reduced"
+            )
+    if len(got) > len(want) and got[len(got) - len(want) :] == want:
+        return (
+            f"{key} has {len(got) - len(want)} extra leading dims: a view was given too many dims"
+        )
+    if len(got) > len(want) and got[: len(want)] != want:
+        extra = len(got) - len(want)
+        return f"{key} has {extra} dims more than expected: a view was given too many dims"
+    return ""
+
+
+def _not_finite(key: str, got: np.ndarray, want: np.ndarray) -> str:
+    """NaN or infinity where the correct output is finite: where, and the usual cause."""
+    bad = ~np.isfinite(got) & np.isfinite(want)
+    if not bad.any():
+        return ""
+    rows = bad.reshape(bad.shape[0], -1).any(1) if bad.ndim > 1 else bad
+    return (
+        f"{key} is NaN or infinite in {_places(rows, 'position')} along its first dim, where the "
+        "correct output is finite: a square root of a negative number (a variance or mean "
+        "square below 0) or a division by 0"
+    )
 
 
 def extent(key: str, got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str:
@@ -356,6 +482,23 @@ def _centered_x(a: Arrays) -> np.ndarray:
     return rows - rows.mean(1, keepdims=True)
 
 
+def _off_the_scale_path(g_x: np.ndarray, a: Arrays) -> np.ndarray:
+    """Per row, how far grad_x's part that moves neither the row's mean nor its spread is from
+    rstd·(the same part of grad_out·γ): along those directions LayerNorm only scales by γ/σ."""
+    x = _centered_x(a)
+    rstd = 1 / np.sqrt((x * x).mean(1, keepdims=True) + float(a["eps"]))
+    x_hat = x * rstd
+    g = a["grad_out"] * a["weight"] if "weight" in a else a["grad_out"]
+
+    def off_mean_and_spread(v: np.ndarray) -> np.ndarray:
+        v = v - v.mean(1, keepdims=True)
+        return v - x_hat * (v * x_hat).sum(1, keepdims=True) / (x_hat * x_hat).sum(1, keepdims=True)
+
+    rows = off_mean_and_spread(_normalized_rows(g_x.astype(np.float64), a))
+    through = rstd * off_mean_and_spread(_normalized_rows(g.astype(np.float64), a))
+    return np.linalg.norm(rows - through, axis=1)
+
+
 LAYER_NORM_BACKWARD = (
     Invariant(
         key="grad_x",
@@ -372,6 +515,15 @@ LAYER_NORM_BACKWARD = (
         why="rescaling a row of x leaves LayerNorm's output (almost) unchanged, so its gradient "
         "is orthogonal to x − μ; the term from σ depending on x (−x̂⟨g·x̂⟩) is missing or wrong",
         zero=lambda g, a: (_normalized_rows(g.astype(np.float64), a) * _centered_x(a)).sum(1),
+    ),
+    Invariant(
+        key="grad_x",
+        unit="row",
+        what="the part of grad_x that moves neither a row's mean nor its spread, less "
+        "grad_out·γ/σ there,",
+        why="along those directions LayerNorm only scales by γ/σ; the weight γ or the factor "
+        "1/σ is missing or wrong in that term",
+        zero=_off_the_scale_path,
     ),
 )
 
@@ -397,3 +549,157 @@ MASKED_BATCH_NORM = Normalized(
         ),
     ),
 )
+
+
+# ---------------------------------------------------------------------------------------------
+# Running statistics: an exponential moving average of each batch's statistic
+
+# The running statistic before a training step, this batch's statistic (per channel or feature)
+# and the momentum; None when the inputs hold no such single step.
+History = Callable[[dict[str, np.ndarray]], "tuple[np.ndarray, np.ndarray, float] | None"]
+
+
+@dataclass(frozen=True)
+class RunningAverage:
+    """A running statistic after one training step is (1 − momentum)·old + momentum·s, s being
+    the batch's `statistic`; `explain` fits got = a·old + b·s over the channels and says which
+    weight is off (or that it is no such average at all)."""
+
+    key: str
+    statistic: str  # in words: "mean over the real tokens"
+    history: History
+
+    def _weights(self, value: np.ndarray, old: np.ndarray, s: np.ndarray):
+        """(old's weight or None when old is 0, the batch's weight, whether the fit is exact)."""
+        zero_old = not old.any()
+        constant = np.ones_like(s) if np.ptp(old) == 0 else old
+        design = np.stack([constant, s], 1)
+        (a, b), *_ = np.linalg.lstsq(design, value, rcond=None)
+        exact = np.linalg.norm(design @ [a, b] - value) <= 1e-4 * (np.abs(value).max() + 1)
+        old_weight = None if zero_old else a / old[0] if constant is not old else a
+        return old_weight, b, exact
+
+    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+        found = self.history(inputs)
+        if found is None or got.ndim != 1 or len(got) < 3 or not np.all(np.isfinite(got)):
+            return ""
+        old, s, m = (np.asarray(v, np.float64) for v in found)
+        if not self._weights(want.astype(np.float64), old, s)[2]:
+            return ""  # the correct value is not such an average on these inputs: say nothing
+        old_weight, b, exact = self._weights(got.astype(np.float64), old, s)
+        b = 0.0 if abs(b) < 1e-9 else b  # rounding of an exact 0
+        if not exact:
+            return (
+                f"{key} is no weighted average of its old value and this batch's "
+                f"{self.statistic}: a running statistic moves by (1 − momentum)·old + "
+                f"momentum·new"
+            )
+        if abs(b - m) > 1e-3:
+            swapped = abs(b - (1 - m)) < 1e-3
+            hint = " (1 − momentum: the Keras convention)" if swapped else ""
+            return (
+                f"this batch's {self.statistic} enters {key} with weight {b:.3g}{hint}, not "
+                f"momentum = {m:g}"
+            )
+        if old_weight is not None and abs(old_weight - (1 - m)) > 1e-3:
+            return (
+                f"the old value of {key} keeps weight {old_weight:.3g}, not 1 − momentum = "
+                f"{1 - m:g}"
+            )
+        return ""
+
+
+def _channel_stats(x: np.ndarray, channel_axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel mean and unbiased variance of `x` (float64)."""
+    rows = np.moveaxis(x.astype(np.float64), channel_axis, 0).reshape(x.shape[channel_axis], -1)
+    return rows.mean(1), rows.var(1, ddof=1) if rows.shape[1] > 1 else np.full(len(rows), np.nan)
+
+
+def _batch_norm_first_step(which: int) -> History:
+    def history(a: Arrays):
+        batch = a.get("training batch 1")
+        if batch is None:
+            return None
+        old = a["running_mean" if which == 0 else "running_var"]
+        return old, _channel_stats(batch, 1)[which], float(a["momentum"])
+
+    return history
+
+
+def _masked_single_step(which: int) -> History:
+    def history(a: Arrays):
+        if "running_mean" not in a or a["training"].tolist() != [True]:
+            return None
+        real = a["x"][0][a["mask"][0]]
+        old = a["running_mean" if which == 0 else "running_var"]
+        return old, _channel_stats(real, 1)[which], float(a["momentum"])
+
+    return history
+
+
+BATCH_NORM_RUNNING = (
+    RunningAverage("running_mean after training step 1", "mean", _batch_norm_first_step(0)),
+    RunningAverage(
+        "running_var after training step 1", "unbiased variance", _batch_norm_first_step(1)
+    ),
+)
+MASKED_RUNNING = (
+    RunningAverage("running_mean", "mean over the real tokens", _masked_single_step(0)),
+    RunningAverage("running_var", "unbiased variance over the real tokens", _masked_single_step(1)),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# A variance along one dim, and a momentum converted between conventions
+
+
+@dataclass(frozen=True)
+class Variance:
+    """`var` is the biased variance of `x` along `dim`: never negative, 0 for a constant row,
+    the smallest mean square deviation from any centre (E(x − c)² = Var x + (μ − c)²)."""
+
+    key: str = "var"
+
+    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+        if got.shape != want.shape or not np.all(np.isfinite(got)):
+            return ""
+        got, want = got.astype(np.float64), want.astype(np.float64)
+        n = inputs["x"].shape[int(inputs["dim"])]
+        if np.any(got < 0):
+            return f"{key} is negative in {_places(got < 0, 'position')}: a variance never is"
+        if np.all(want == 0):
+            return (
+                f"{key} of constant values is {float(got.max()):.3g}, not 0: the deviations are "
+                "not measured from the values' own mean"
+            )
+        ratio = float(np.median(got / want))
+        if np.allclose(got, ratio * want, rtol=1e-3):
+            hint = _unbiased_hint(ratio, n)
+            if hint:
+                return f"{key} is {ratio:.3g} times the biased variance{hint}"
+        if np.all(got > want * (1 + 1e-3)):
+            return (
+                f"{key} is larger than the variance everywhere: the squared deviations are not "
+                "taken from the mean along `dim` (any other centre gives more)"
+            )
+        return ""
+
+
+@dataclass(frozen=True)
+class Complement:
+    """Two conventions' momenta add up to 1 (one weights the new batch, the other the old
+    running value), and a momentum is a share, between 0 and 1."""
+
+    key: str = "momentum"
+
+    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+        value, given = float(got), float(inputs["keras_momentum"])
+        if not 0 <= value <= 1:
+            return (
+                f"{key} is {value:g}: PyTorch's momentum is the new batch's share of the running "
+                "statistics, between 0 and 1"
+            )
+        return (
+            f"{key} and the Keras momentum add up to {value + given:g}, not 1: Keras's weights "
+            "the old running value, PyTorch's the new batch"
+        )

@@ -5,7 +5,8 @@ between 1 and 5 (std 2) and padding that is zero, garbage (mean −5, std 20) or
 statistic that reads the padding is off by far more than the tolerance (notebook 03 shows the
 sizes: zero padding drags BatchNorm's mean towards 0 in proportion to the padded share, and naive
 mean pooling of a length-2 sequence padded to 20 is off by ~0.7; docs/margins.md has each
-mistake's distance from the tolerance). Every error case expects a ValueError, never a NaN.
+mistake's distance from the tolerance). Every error case expects a ValueError, never a NaN
+(`Check(expects=ValueError)`).
 
 Rubrics: `lengths_to_mask` (5) gives 2 to the mask itself (one row per sequence, max_len
 columns) and 1.5 to each edge (long and single-token rows, empty rows, refused lengths): an
@@ -23,7 +24,7 @@ import torch
 
 from grader.checks.core import Arrays, Check, Exercise, Mistake, also_visible
 from grader.checks.library import MASKED_MEAN, NORMALIZATIONS, SEQUENCE_MASKS, forbid
-from grader.checks.properties import MASKED_BATCH_NORM
+from grader.checks.properties import MASKED_BATCH_NORM, MASKED_RUNNING
 from grader.sandboxed.probes import probe_mask, probe_masked_bn, probe_pool
 from norm_utils import masking as ref
 
@@ -99,13 +100,13 @@ def _negative_length(rng) -> Arrays:
     # -1, the boundary: an answer that lets -1 through but refuses -2 must fail every run
     lengths = rng.integers(1, 6, 4)
     lengths[rng.integers(4)] = -1
-    return _mask_case(lengths, max_len=6, must_raise=True)
+    return _mask_case(lengths, max_len=6)
 
 
 def _too_long(rng) -> Arrays:
     lengths = rng.integers(1, 4, 4)
     lengths[rng.integers(4)] = 5  # max_len + 1, the boundary
-    return _mask_case(lengths, max_len=4, must_raise=True)
+    return _mask_case(lengths, max_len=4)
 
 
 LENGTHS_TO_MASK = Exercise(
@@ -181,6 +182,7 @@ LENGTHS_TO_MASK = Exercise(
                 _negative_length,
                 points=0.5,
                 hidden=True,
+                expects=ValueError,
             ),
             points=0.25,
         ),
@@ -189,6 +191,7 @@ LENGTHS_TO_MASK = Exercise(
             _too_long,
             points=0.5,
             hidden=True,
+            expects=ValueError,
         ),
     ),
 )
@@ -269,13 +272,14 @@ def _bn_scenario(
     running=True,
     affine=False,
     pad="zero",
-    eval_stats=False,
+    random_start=False,
     momentum=0.1,
     eps=1e-5,
     **flags,
 ) -> Arrays:
     """One batch per step (a lengths array each, all padded to max_len), run in training unless
-    `training` says otherwise; running statistics start at 0 and 1 (random with `eval_stats`)."""
+    `training` says otherwise; running statistics start at 0 and 1 (random with `random_start`,
+    as after training on other data)."""
     batches = [_padded(rng, lengths, max_len, dim, pad) for lengths in steps]
     case = {
         "x": np.stack([b["x"] for b in batches]),
@@ -287,7 +291,7 @@ def _bn_scenario(
     if running:
         case["running_mean"] = np.zeros(dim, np.float32)
         case["running_var"] = np.ones(dim, np.float32)
-        if eval_stats:
+        if random_start:
             case["running_mean"] = rng.uniform(1.0, 5.0, dim).astype(np.float32)
             case["running_var"] = rng.uniform(2.0, 6.0, dim).astype(np.float32)
     if affine:
@@ -298,7 +302,9 @@ def _bn_scenario(
 
 def _appended_padding(rng) -> Arrays:
     lengths = [int(rng.integers(8, 13)), 1, int(rng.integers(3, 7))]
-    return _bn_scenario(rng, [lengths], 4 * max(lengths), pad="garbage", affine=True)
+    return _bn_scenario(
+        rng, [lengths], 4 * max(lengths), pad="garbage", affine=True, random_start=True
+    )
 
 
 def _extreme_batch(rng) -> Arrays:
@@ -316,14 +322,16 @@ def _running_scenario(rng) -> Arrays:
 
 def _eval_composition(rng) -> Arrays:
     lengths = rng.integers(1, 7, int(rng.integers(2, 6)))
-    return _bn_scenario(rng, [lengths], 8, training=[False], pad="garbage", eval_stats=True)
+    return _bn_scenario(rng, [lengths], 8, training=[False], pad="garbage", random_start=True)
 
 
 MASKED_BATCH_NORM = Exercise(
     name="masked_batch_norm",
     reference=ref.masked_batch_norm,
     probe=probe_masked_bn,
-    properties=(MASKED_BATCH_NORM,),
+    properties=(MASKED_BATCH_NORM, *MASKED_RUNNING),
+    rtol=1e-4,  # float32 statistics over a few hundred tokens and four steps
+    atol=1e-4,
     forbidden=forbid(*NORMALIZATIONS),
     mistakes=(
         Mistake(
@@ -382,8 +390,6 @@ MASKED_BATCH_NORM = Exercise(
             "one training step, no running statistics: equals BatchNorm over the real tokens",
             lambda rng: _bn_scenario(rng, [[6, 2]], 6, dim=3, running=False),
             points=1,
-            atol=1e-4,
-            rtol=1e-4,
         ),
         Check(
             "three training steps then evaluation: outputs and running statistics",
@@ -391,24 +397,18 @@ MASKED_BATCH_NORM = Exercise(
                 rng, [[5, 2], [3, 6], [1, 4], [6, 3]], 6, dim=3, training=[True, True, True, False]
             ),
             points=1,
-            atol=1e-4,
-            rtol=1e-4,
         ),
         Check(
             "invariant to appended padding (4× the longest sequence, any padding values)",
             _appended_padding,
             points=1,
             hidden=True,
-            atol=1e-4,
-            rtol=1e-4,
         ),
         Check(
             "very different lengths, single-token sequences and an all-padding row",
             _extreme_batch,
             points=1,
             hidden=True,
-            atol=1e-4,
-            rtol=1e-4,
         ),
         Check(
             "running statistics over real tokens only, across batches with different masks, "
@@ -416,16 +416,12 @@ MASKED_BATCH_NORM = Exercise(
             _running_scenario,
             points=1.5,
             hidden=True,
-            atol=1e-4,
-            rtol=1e-4,
         ),
         Check(
             "evaluation: a token's output does not depend on the rest of the batch",
             _eval_composition,
             points=1,
             hidden=True,
-            atol=1e-4,
-            rtol=1e-4,
         ),
         *also_visible(
             Check(
@@ -433,8 +429,6 @@ MASKED_BATCH_NORM = Exercise(
                 lambda rng: _bn_scenario(rng, [rng.integers(1, 7, 3)], 8, pad="nan"),
                 points=0.5,
                 hidden=True,
-                atol=1e-4,
-                rtol=1e-4,
             ),
             points=0.25,
         ),
@@ -445,15 +439,14 @@ MASKED_BATCH_NORM = Exercise(
             ),
             points=0.5,
             hidden=True,
-            atol=1e-4,
-            rtol=1e-4,
         ),
         *also_visible(
             Check(
                 "a batch with no real tokens raises ValueError",
-                lambda rng: _bn_scenario(rng, [np.zeros(3, np.int64)], 5, must_raise=True),
+                lambda rng: _bn_scenario(rng, [np.zeros(3, np.int64)], 5),
                 points=0.5,
                 hidden=True,
+                expects=ValueError,
             ),
             points=0.25,
         ),
@@ -494,7 +487,7 @@ def _pool_appended(rng) -> Arrays:
 def _pool_empty_row(rng) -> Arrays:
     lengths = rng.integers(1, 6, 4)
     lengths[rng.integers(4)] = 0
-    return _pool_case(rng, lengths, 6, pad="zero", must_raise=True)
+    return _pool_case(rng, lengths, 6, pad="zero")
 
 
 MASKED_MEAN_POOL = Exercise(
@@ -573,6 +566,7 @@ MASKED_MEAN_POOL = Exercise(
                 _pool_empty_row,
                 points=1,
                 hidden=True,
+                expects=ValueError,
             ),
             points=0.5,
         ),

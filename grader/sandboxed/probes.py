@@ -14,7 +14,6 @@ from torch import nn
 
 from .probe import Arrays, shape_argument, tensors, to_array
 
-RAISED = "ValueError raised"  # the key a probe returns for the inputs that must be refused
 _TRANSFORMER = "torch.nn.modules.transformer"
 LIBRARY_STACKS = frozenset(
     {
@@ -62,20 +61,21 @@ def snapshot(value) -> np.ndarray:
 
 
 def probe_batch_norm(batch_norm, a: Arrays) -> Arrays:
-    """Training steps on a["train0"], a["train1"], ... then one evaluation call on a["eval"]."""
+    """Training steps on a["training batch 1"], a["training batch 2"], ... then one evaluation
+    call on a["evaluation batch"]."""
     running_mean, running_var, weight, bias = tensors(
         a, "running_mean", "running_var", "weight", "bias"
     )
     options = {"momentum": float(a["momentum"]), "eps": float(a["eps"])}
     out: Arrays = {}
-    steps = sorted((k for k in a if k.startswith("train")), key=lambda k: int(k[5:]))
+    steps = sorted((k for k in a if k.startswith("training batch")), key=lambda k: int(k[15:]))
     for i, key in enumerate(steps):
         (x,) = tensors(a, key)
         y = batch_norm(x, running_mean, running_var, weight, bias, training=True, **options)
         out[f"output of training step {i + 1}"] = snapshot(y)
         out[f"running_mean after training step {i + 1}"] = snapshot(running_mean)
         out[f"running_var after training step {i + 1}"] = snapshot(running_var)
-    (x,) = tensors(a, "eval")
+    (x,) = tensors(a, "evaluation batch")
     y = batch_norm(x, running_mean, running_var, weight, bias, training=False, **options)
     out["output of the evaluation call"] = snapshot(y)
     out["running_mean after the evaluation call"] = snapshot(running_mean)
@@ -150,12 +150,6 @@ def probe_rms_norm(rms_norm, a: Arrays) -> Arrays:
 def probe_mask(lengths_to_mask, a: Arrays) -> Arrays:
     lengths = a["lengths"].tolist() if "as_list" in a else torch.from_numpy(a["lengths"].copy())
     args = (lengths,) if "max_len" not in a else (lengths, int(a["max_len"]))
-    if "must_raise" in a:
-        try:
-            lengths_to_mask(*args)
-        except ValueError:
-            return {RAISED: np.array(True)}
-        return {RAISED: np.array(False)}
     mask = lengths_to_mask(*args)
     is_bool = getattr(mask, "dtype", None) in (torch.bool, np.bool_)
     return {"mask": torch.as_tensor(np.asarray(mask)) != 0, "bool dtype": np.array(is_bool)}
@@ -178,12 +172,6 @@ def probe_masked_bn(masked_batch_norm, a: Arrays) -> Arrays:
     for step, training in enumerate(a["training"].tolist()):
         x = torch.from_numpy(a["x"][step].copy())
         mask = torch.from_numpy(a["mask"][step].copy())
-        if "must_raise" in a:
-            try:
-                masked_batch_norm(x, mask, training=bool(training), **kwargs)
-            except ValueError:
-                return {RAISED: np.array(True)}
-            return {RAISED: np.array(False)}
         y = masked_batch_norm(x, mask, training=bool(training), **kwargs)
         if tuple(getattr(y, "shape", ())) != tuple(x.shape):
             return {"output": y}  # reported as a shape mismatch
@@ -199,12 +187,6 @@ def probe_masked_bn(masked_batch_norm, a: Arrays) -> Arrays:
 
 def probe_pool(masked_mean_pool, a: Arrays) -> Arrays:
     h, mask = tensors(a, "x", "mask")
-    if "must_raise" in a:
-        try:
-            pooled = masked_mean_pool(h, mask)
-        except ValueError:
-            return {RAISED: np.array(True)}
-        return {RAISED: np.array(False), "pooled mean": pooled}
     return {"pooled mean": masked_mean_pool(h, mask)}
 
 
@@ -236,12 +218,21 @@ def _load(module: nn.Module, a: Arrays) -> nn.Module:
     return module.eval()  # dropout, if a student added some, must not perturb the check
 
 
-def _forward_backward(module: nn.Module, a: Arrays) -> dict[str, torch.Tensor]:
+ALONE = "how much the first sample's output changes when it runs alone"
+
+
+def _forward_backward(module: nn.Module, a: Arrays, alone: bool = True) -> dict[str, torch.Tensor]:
+    """Output and input gradient; with `alone`, also the first sample run by itself (a sample's
+    output must not depend on the rest of the batch)."""
     x, cotangent = tensors(a, "x", "cotangent")
     x.requires_grad_(True)
     y = module(x)
     (y * cotangent).sum().backward()
-    return {"output": y, "gradient with respect to the input": x.grad}
+    out = {"output": y, "gradient with respect to the input": x.grad}
+    if alone:
+        with torch.no_grad():
+            out[ALONE] = module(x[:1].detach()) - y[:1].detach()
+    return out
 
 
 def probe_block(block_cls, a: Arrays) -> dict[str, torch.Tensor]:
@@ -262,7 +253,7 @@ def probe_block(block_cls, a: Arrays) -> dict[str, torch.Tensor]:
         getattr(block, name).register_forward_hook(
             lambda module, args, out, inputs=inputs: inputs.append(args[0].detach().clone())
         )
-    result = _forward_backward(block, a)
+    result = _forward_backward(block, a, alone=False)  # stand-ins never mix samples
     # Structure first, so that feedback names the norm that is misplaced before the output.
     out = {
         "how many times norm1 and norm2 are called": torch.tensor([len(v) for v in seen.values()])
