@@ -1,7 +1,8 @@
 """How accurate and how fast the reference LayerNorm is, next to PyTorch's and the naive formula.
 
-Accuracy: float32 rows with mean 0, 1e2, 1e3, 1e4 and std 1, normalized by
-`norm_utils.layer_norm`, `torch.nn.functional.layer_norm` and the one-pass E[x²]−E[x]² formula;
+Accuracy: float32 rows with mean 0, 1e2, 1e3, 1e4 and std 1, normalized by the reference
+`layer_norm` (`grader.reference`), `torch.nn.functional.layer_norm` and the one-pass E[x²]−E[x]²
+formula;
 the error is the largest absolute difference from the float64 LayerNorm of the *same* float32
 input (so only the arithmetic is judged, not the rounding of the input).
 
@@ -27,7 +28,7 @@ from torch import Tensor
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import load_1min, markdown_table, print_header, progress
 
-import norm_utils
+from grader.reference import functional as reference
 
 OFFSETS = (0.0, 1e2, 1e3, 1e4)
 EPS = 1e-5
@@ -46,7 +47,7 @@ def naive_layer_norm(x: Tensor, n: int, weight: Tensor | None, bias: Tensor | No
 
 
 def reference_layer_norm(x: Tensor, n: int, weight: Tensor | None, bias: Tensor | None) -> Tensor:
-    return norm_utils.layer_norm(x, n, weight, bias, EPS)
+    return reference.layer_norm(x, n, weight, bias, EPS)
 
 
 def torch_layer_norm(x: Tensor, n: int, weight: Tensor | None, bias: Tensor | None) -> Tensor:
@@ -54,7 +55,7 @@ def torch_layer_norm(x: Tensor, n: int, weight: Tensor | None, bias: Tensor | No
 
 
 IMPLEMENTATIONS: dict[str, LayerNorm] = {
-    "norm_utils.layer_norm": reference_layer_norm,
+    "reference layer_norm": reference_layer_norm,
     "torch F.layer_norm": torch_layer_norm,
     "naive E[x²]−E[x]²": naive_layer_norm,
 }
@@ -98,7 +99,7 @@ def accuracy_rows(rows: int, features: int, seeds: int, with_affine: bool) -> li
             for name, fn in IMPLEMENTATIONS.items():
                 top, rms = max_and_rms(errors(fn, x, weight, bias))
                 worst[name] = [max(worst[name][0], top), max(worst[name][1], rms)]
-        ours, ref = worst["norm_utils.layer_norm"], worst["torch F.layer_norm"]
+        ours, ref = worst["reference layer_norm"], worst["torch F.layer_norm"]
         verdict = "yes" if ours[0] <= ref[0] else f"no ({ours[0] / ref[0]:.2f}× torch's)"
         table.append(
             [
@@ -134,7 +135,7 @@ def speed_rows(repeats: int, thread_counts: list[int]) -> list[list[object]]:
             for name, fn in IMPLEMENTATIONS.items()
             if name != "naive E[x²]−E[x]²"
         }
-        ref, tch = timings["norm_utils.layer_norm"], timings["torch F.layer_norm"]
+        ref, tch = timings["reference layer_norm"], timings["torch F.layer_norm"]
         table.append(
             [
                 threads,
@@ -190,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         f"### Speed: (4096, 1024) float32 with γ and β, forward only; median ms of "
         f"{args.repeats} calls (min–max)\n"
     )
-    header = ["torch threads", "norm_utils.layer_norm ms", "F.layer_norm ms", "ref / torch", "load"]
+    header = ["torch threads", "reference layer_norm ms", "F.layer_norm ms", "ref / torch", "load"]
     print(markdown_table(header, speed_rows(args.repeats, threads)))
     print(f"\ntorch's default here is {default_threads} intra-op threads.")
     torch.set_num_threads(default_threads)

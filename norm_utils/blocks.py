@@ -1,16 +1,18 @@
-"""Transformer encoder blocks that differ only in where the LayerNorm sits.
+"""Transformer encoder stacks that differ only in where the LayerNorm sits, built from PyTorch's own
+layer.
 
-Post-LN (Vaswani et al. 2017), Pre-LN (Xiong et al. 2020) and DeepNorm (Wang et al. 2022) share
-one set of sublayers; each class only writes its own two-line ``forward``. Attribute names match
-:class:`torch.nn.TransformerEncoderLayer`, so weights load both ways with ``load_state_dict``.
+Post-LN (Vaswani et al. 2017) and Pre-LN (Xiong et al. 2020) are
+:class:`torch.nn.TransformerEncoderLayer` with ``norm_first=False`` / ``True``; DeepNorm (Wang et
+al. 2022) subclasses it with its own ``forward``. Every weight gets the Xavier-normal init of
+those papers (:func:`xavier_init_`). The course's own Post-LN and Pre-LN blocks are exercises of
+notebook 04, so this package does not write them.
 
 Mask convention (the whole course uses it): a boolean mask with ``True`` = real token / may attend.
-:class:`torch.nn.MultiheadAttention` uses the opposite polarity, so the blocks invert it once,
-in ``_sa_block``.
+:class:`torch.nn.TransformerEncoderLayer` uses the opposite polarity, so :class:`Encoder` inverts
+it once.
 """
 
 from collections.abc import Iterable
-from functools import partial
 from typing import Literal
 
 import torch
@@ -20,12 +22,11 @@ from torch import Tensor, nn
 __all__ = [
     "DeepNormBlock",
     "Encoder",
-    "PostLNBlock",
-    "PreLNBlock",
     "TinyLM",
     "deepnorm_constants",
     "ffn_grad_norms",
     "linear_warmup",
+    "xavier_init_",
 ]
 
 BlockKind = Literal["post", "pre", "deepnorm"]
@@ -41,123 +42,27 @@ def _to_torch_mask(mask: Tensor | None) -> Tensor | None:
     return ~mask
 
 
-class _Block(nn.Module):
-    """Self-attention and feed-forward sublayers shared by every block; subclasses add ``forward``.
-
-    All weights get a Xavier-normal init, as in Xiong et al. (2020) and Wang et al. (2022);
-    ``gain`` < 1 on the value, output and FFN weights is DeepNet's β.
-    """
-
-    def __init__(
-        self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.0, eps: float = 1e-5
-    ) -> None:
-        super().__init__()
-        self.self_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
-        self.norm1 = nn.LayerNorm(d_model, eps=eps)
-        self.norm2 = nn.LayerNorm(d_model, eps=eps)
-        self.dropout = nn.Dropout(dropout)  # stateless, so one module serves every sublayer
-        self._reset_parameters(gain=1.0)
-
-    def _reset_parameters(self, gain: float) -> None:
-        w_q, w_k, w_v = self.self_attn.in_proj_weight.chunk(3)  # views into the packed weight
-        for w, g in [
-            (w_q, 1.0),
-            (w_k, 1.0),
-            (w_v, gain),
-            (self.self_attn.out_proj.weight, gain),
-            (self.linear1.weight, gain),
-            (self.linear2.weight, gain),
-        ]:
-            nn.init.xavier_normal_(w, gain=g)
-        for b in [
-            self.self_attn.in_proj_bias,
-            self.self_attn.out_proj.bias,
-            self.linear1.bias,
-            self.linear2.bias,
-        ]:
-            nn.init.zeros_(b)
-
-    def _sa_block(
-        self, x: Tensor, attn_mask: Tensor | None, key_padding_mask: Tensor | None
-    ) -> Tensor:
-        attn_mask, key_padding_mask = _to_torch_mask(attn_mask), _to_torch_mask(key_padding_mask)
-        x = self.self_attn(
-            x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False
-        )[0]  # (B, T, D)
-        return self.dropout(x)
-
-    def _ff_block(self, x: Tensor) -> Tensor:
-        x = self.dropout(F.relu(self.linear1(x)))  # (B, T, d_ff)
-        return self.dropout(self.linear2(x))  # (B, T, D)
-
-
-class PostLNBlock(_Block):
-    r"""Post-LN Transformer encoder block: normalize *after* adding the residual.
-
-    The original Transformer (Vaswani et al. 2017, https://arxiv.org/abs/1706.03762). Every
-    residual path goes through a LayerNorm, so the gradient of the last layers is large at init
-    and training needs learning-rate warm-up (Xiong et al. 2020, https://arxiv.org/abs/2002.04745).
-
-    .. math::
-        x_{l+1} = \mathrm{LN}(x_l + F(x_l))
-
-    Equals ``nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout, batch_first=True)``
-    with ReLU, and has the same ``state_dict`` keys.
-
-    Args:
-        d_model: width D of the residual stream.
-        n_heads: attention heads; must divide ``d_model``.
-        d_ff: hidden width of the feed-forward sublayer.
-        dropout: dropout on attention weights, sublayer outputs and the FFN hidden layer.
-        eps: LayerNorm epsilon.
-
-    Shape:
-        - x: :math:`(B, T, D)`; output: same shape.
-        - attn_mask: :math:`(T, T)` bool, True = query row may attend to key column.
-        - key_padding_mask: :math:`(B, T)` bool, True = real token, False = padding.
-
-    Example:
-        >>> block = PostLNBlock(d_model=16, n_heads=2, d_ff=64)
-        >>> block(torch.randn(3, 5, 16)).shape
-        torch.Size([3, 5, 16])
-    """
-
-    def forward(
-        self, x: Tensor, attn_mask: Tensor | None = None, key_padding_mask: Tensor | None = None
-    ) -> Tensor:
-        x = self.norm1(x + self._sa_block(x, attn_mask, key_padding_mask))  # (B, T, D)
-        x = self.norm2(x + self._ff_block(x))  # (B, T, D)
-        return x
-
-
-class PreLNBlock(_Block):
-    r"""Pre-LN Transformer encoder block: normalize the sublayer *input*, keep the residual clean.
-
-    Xiong et al. 2020, https://arxiv.org/abs/2002.04745 (as in GPT-2 and nanoGPT). The residual
-    stream is never normalized, so its norm grows with depth and a stack needs a final LayerNorm
-    (:class:`Encoder` with ``final_norm=True``). Gradients at init are well behaved, so it trains
-    without warm-up.
-
-    .. math::
-        x_{l+1} = x_l + F(\mathrm{LN}(x_l))
-
-    Equals ``nn.TransformerEncoderLayer(..., batch_first=True, norm_first=True)``. Args and Shape
-    as in :class:`PostLNBlock`.
-
-    Example:
-        >>> block = PreLNBlock(d_model=16, n_heads=2, d_ff=64)
-        >>> block(torch.randn(3, 5, 16)).shape
-        torch.Size([3, 5, 16])
-    """
-
-    def forward(
-        self, x: Tensor, attn_mask: Tensor | None = None, key_padding_mask: Tensor | None = None
-    ) -> Tensor:
-        x = x + self._sa_block(self.norm1(x), attn_mask, key_padding_mask)  # (B, T, D)
-        x = x + self._ff_block(self.norm2(x))  # (B, T, D)
-        return x
+def xavier_init_(layer: nn.Module, gain: float) -> None:
+    """Xavier-normal weights and zero biases for a layer with ``nn.TransformerEncoderLayer``'s
+    attributes, as in Xiong et al. (2020) and Wang et al. (2022); ``gain`` applies to the value,
+    output and FFN weights (DeepNet's β), the query and key weights keep gain 1."""
+    w_q, w_k, w_v = layer.self_attn.in_proj_weight.chunk(3)  # views into the packed weight
+    for w, g in [
+        (w_q, 1.0),
+        (w_k, 1.0),
+        (w_v, gain),
+        (layer.self_attn.out_proj.weight, gain),
+        (layer.linear1.weight, gain),
+        (layer.linear2.weight, gain),
+    ]:
+        nn.init.xavier_normal_(w, gain=g)
+    for b in [
+        layer.self_attn.in_proj_bias,
+        layer.self_attn.out_proj.bias,
+        layer.linear1.bias,
+        layer.linear2.bias,
+    ]:
+        nn.init.zeros_(b)
 
 
 def deepnorm_constants(num_layers: int) -> tuple[float, float]:
@@ -165,7 +70,7 @@ def deepnorm_constants(num_layers: int) -> tuple[float, float]:
     return (2 * num_layers) ** 0.25, (8 * num_layers) ** -0.25
 
 
-class DeepNormBlock(_Block):
+class DeepNormBlock(nn.TransformerEncoderLayer):
     r"""DeepNorm block: Post-LN with an up-weighted residual and a down-scaled init.
 
     DeepNet (Wang et al. 2022, https://arxiv.org/abs/2203.00555) keeps Post-LN's placement but
@@ -179,9 +84,17 @@ class DeepNormBlock(_Block):
     and the value projection, attention output projection and both FFN weights are initialized
     Xavier-normal with gain :math:`\beta` (query and key with gain 1).
 
+    A :class:`torch.nn.TransformerEncoderLayer` (ReLU, ``batch_first=True``) with its own
+    ``forward``: same attributes, same ``state_dict`` keys, and PyTorch's mask polarity
+    (``True`` = masked out) in ``forward``.
+
     Args:
+        d_model: width D of the residual stream.
+        n_heads: attention heads; must divide ``d_model``.
+        d_ff: hidden width of the feed-forward sublayer.
         num_layers: the depth :math:`N` of the stack the block lives in.
-        others: as in :class:`PostLNBlock`.
+        dropout: dropout on attention weights, sublayer outputs and the FFN hidden layer.
+        eps: LayerNorm epsilon.
 
     Example:
         >>> block = DeepNormBlock(d_model=16, n_heads=2, d_ff=64, num_layers=4)
@@ -198,25 +111,60 @@ class DeepNormBlock(_Block):
         dropout: float = 0.0,
         eps: float = 1e-5,
     ) -> None:
-        super().__init__(d_model, n_heads, d_ff, dropout, eps)
+        super().__init__(d_model, n_heads, d_ff, dropout, layer_norm_eps=eps, batch_first=True)
         self.alpha, self.beta = deepnorm_constants(num_layers)
-        self._reset_parameters(gain=self.beta)
+        xavier_init_(self, gain=self.beta)
 
     def forward(
-        self, x: Tensor, attn_mask: Tensor | None = None, key_padding_mask: Tensor | None = None
+        self,
+        src: Tensor,
+        src_mask: Tensor | None = None,
+        src_key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
     ) -> Tensor:
-        x = self.norm1(self.alpha * x + self._sa_block(x, attn_mask, key_padding_mask))
-        x = self.norm2(self.alpha * x + self._ff_block(x))  # (B, T, D)
-        return x
+        x = src  # (B, T, D)
+        x = self.norm1(
+            self.alpha * x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal)
+        )
+        return self.norm2(self.alpha * x + self._ff_block(x))  # (B, T, D)
+
+
+def _layer(
+    kind: BlockKind,
+    num_layers: int,
+    d_model: int,
+    n_heads: int,
+    d_ff: int,
+    dropout: float,
+    eps: float,
+) -> nn.TransformerEncoderLayer:
+    if kind == "deepnorm":
+        return DeepNormBlock(d_model, n_heads, d_ff, num_layers, dropout=dropout, eps=eps)
+    if kind not in ("post", "pre"):
+        raise ValueError(f"kind must be 'post', 'pre' or 'deepnorm', got {kind!r}")
+    layer = nn.TransformerEncoderLayer(
+        d_model,
+        n_heads,
+        d_ff,
+        dropout,
+        layer_norm_eps=eps,
+        batch_first=True,
+        norm_first=kind == "pre",
+    )
+    xavier_init_(layer, gain=1.0)
+    return layer
 
 
 class Encoder(nn.Module):
     """A stack of ``num_layers`` blocks of one kind, with an optional final LayerNorm.
 
-    Pre-LN leaves the residual stream un-normalized, so a Pre-LN stack needs
-    ``final_norm=True``; Post-LN and DeepNorm already end in a LayerNorm. The argument has no
-    default on purpose: ``nn.TransformerEncoder`` silently adds no final norm (``norm=None``),
-    a classic Pre-LN bug. Keys match ``nn.TransformerEncoder`` (``layers.i.*``, ``norm.*``).
+    ``"post"`` and ``"pre"`` blocks are ``nn.TransformerEncoderLayer`` with ``norm_first=False``
+    / ``True``; ``"deepnorm"`` blocks are :class:`DeepNormBlock`. Pre-LN leaves the residual
+    stream un-normalized, so a Pre-LN stack needs ``final_norm=True``; Post-LN and DeepNorm
+    already end in a LayerNorm. The argument has no default on purpose: ``nn.TransformerEncoder``
+    silently adds no final norm (``norm=None``), a classic Pre-LN bug. Keys match
+    ``nn.TransformerEncoder`` (``layers.i.*``, ``norm.*``); unlike it, every layer gets its own
+    initial weights.
 
     Args:
         kind: ``"post"``, ``"pre"`` or ``"deepnorm"``.
@@ -225,7 +173,9 @@ class Encoder(nn.Module):
         final_norm: append a LayerNorm after the last block.
 
     Shape:
-        As in :class:`PostLNBlock`; masks are passed to every block.
+        - x: :math:`(B, T, D)`; output: same shape.
+        - attn_mask: :math:`(T, T)` bool, True = query row may attend to key column.
+        - key_padding_mask: :math:`(B, T)` bool, True = real token, False = padding.
 
     Example:
         >>> enc = Encoder("pre", num_layers=2, d_model=16, n_heads=2, d_ff=64, final_norm=True)
@@ -246,21 +196,21 @@ class Encoder(nn.Module):
         eps: float = 1e-5,
     ) -> None:
         super().__init__()
-        block_cls = {
-            "post": PostLNBlock,
-            "pre": PreLNBlock,
-            "deepnorm": partial(DeepNormBlock, num_layers=num_layers),
-        }[kind]
         self.layers = nn.ModuleList(
-            block_cls(d_model, n_heads, d_ff, dropout=dropout, eps=eps) for _ in range(num_layers)
+            _layer(kind, num_layers, d_model, n_heads, d_ff, dropout, eps)
+            for _ in range(num_layers)
         )
         self.norm = nn.LayerNorm(d_model, eps=eps) if final_norm else None
 
     def forward(
         self, x: Tensor, attn_mask: Tensor | None = None, key_padding_mask: Tensor | None = None
     ) -> Tensor:
+        masks = {
+            "src_mask": _to_torch_mask(attn_mask),
+            "src_key_padding_mask": _to_torch_mask(key_padding_mask),
+        }
         for layer in self.layers:
-            x = layer(x, attn_mask, key_padding_mask)  # (B, T, D)
+            x = layer(x, **masks)  # (B, T, D)
         return x if self.norm is None else self.norm(x)
 
 

@@ -78,7 +78,7 @@ def honest_layer_norm() -> str:
 
 # Routes to the library's normalization that no name in the answer gives away: another thread
 # (which has its own profile hook and torch-function mode stack), torch functions switched off,
-# a sibling norm after a reshape, torch's and norm_utils' Python implementations, and attempts
+# a sibling norm after a reshape, torch's and the references' Python code, and attempts
 # to undo the block first. Each answer is otherwise the whole exercise: only the block stops it.
 ROUTE_HEAD = (
     "def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):\n"
@@ -95,6 +95,8 @@ IN_A_THREAD = (
     "    return ThreadPoolExecutor(1).submit(library, x, shape, weight, bias, eps).result()\n"
 )
 FIND_IN_GC = "import sys\n\nfor o in sys.modules['g' + 'c'].get_objects():\n"
+# The graded references, loaded in the answer's process with the checks: reached by module name.
+REFERENCE = "import sys\n\nREF = sys.modules['grader.reference' + '.functional']\n\n"
 
 
 def library_routes() -> dict[str, tuple[str, str, float]]:
@@ -133,15 +135,18 @@ def library_routes() -> dict[str, tuple[str, str, float]]:
         + ROUTE_HEAD
         + "    refs = sys.modules['torch._refs']\n"
         "    return refs.__dict__['native_layer' + '_norm'](x, shape, weight, bias, eps)[0]\n",
-        "norm_utils_private_moments": ROUTE_HEAD
-        + "    mean, var = nu.functional._moments(x, dims)\n"
-        "    y = ((x - mean) / torch.sqrt(var + eps)).to(x.dtype)\n" + AFFINE,
-        "norm_utils_in_a_thread": POOL
+        "reference_private_moments": REFERENCE
         + ROUTE_HEAD
-        + "    ref = nu.functional.__dict__['layer' + '_norm']\n"
+        + "    mean, var = REF._moments(x, dims)\n"
+        "    y = ((x - mean) / torch.sqrt(var + eps)).to(x.dtype)\n" + AFFINE,
+        "reference_in_a_thread": REFERENCE
+        + POOL
+        + ROUTE_HEAD
+        + "    ref = REF.__dict__['layer' + '_norm']\n"
         "    return ThreadPoolExecutor(1).submit(ref, x, shape, weight, bias, eps).result()\n",
-        "norm_utils_sibling_instance_norm": ROUTE_HEAD
-        + "    y = nu.functional.instance_norm(rows[None], eps=eps)[0].reshape(x.shape)\n"
+        "reference_sibling_instance_norm": REFERENCE
+        + ROUTE_HEAD
+        + "    y = REF.instance_norm(rows[None], eps=eps)[0].reshape(x.shape)\n"
         + AFFINE,
         "destroy_the_block_through_gc": FIND_IN_GC
         + "    if isinstance(o, torch.library.Library):\n"

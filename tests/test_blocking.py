@@ -17,7 +17,6 @@ import pytest
 
 from grader.checks import EXERCISES
 from grader.checks.integrity import forbidden_uses
-from grader.checks.library import NORMALIZATIONS
 from grader.config import REPO
 
 # Runs in the blocked process: `x` (2, 3, 8), `D` = 8, `want` = the layer norm of `x` over D.
@@ -29,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import norm_utils as nu
+import grader.reference as nu
 from grader.sandboxed import blocking
 
 torch.set_num_threads(1)  # forked children and OpenMP's thread pool do not mix
@@ -61,7 +60,7 @@ def outcome(code, expected, exact):
         same = torch.equal(y, expected) if exact else torch.allclose(y, expected, atol=1e-4)
     except Exception:
         same = False
-    return "computed" if same else f"returned other values: {str(y)[:100]}"
+    return "computed" if same else f"returned other values: {str(y)[:200]}"
 
 def in_child(code, expected, exact=False):
     read, write = os.pipe()
@@ -172,7 +171,7 @@ ROUTES = {
             ".T.reshape(x.shape)"
         ),
     },
-    "norm_utils": {
+    "the course's references": {
         "the public layer_norm": "y = nu.layer_norm(x, (D,))",
         "the private _moments": (
             "mean, var = nu.functional._moments(x, (2,))\ny = (x - mean) / torch.sqrt(var + 1e-5)"
@@ -181,7 +180,7 @@ ROUTES = {
             "y = nu.functional.instance_norm(x.reshape(1, -1, D)).reshape(x.shape)"
         ),
         "the name masking imported": (
-            "import norm_utils.masking as masking\n"
+            "import grader.reference.masking as masking\n"
             "y = masking.batch_norm(x.reshape(-1, D).T, None, None, training=True)"
             ".T.reshape(x.shape)"
         ),
@@ -272,7 +271,8 @@ def layer_norm_blocked() -> dict:
 def test_every_route_to_a_forbidden_normalization_raises_naming_it(layer_norm_blocked, route):
     said = layer_norm_blocked["routes"][route]
     assert said.startswith("blocked: "), said
-    assert "implement it yourself" in said and "norm" in said.split(" is the library")[0]
+    named = said.split(" is the library")[0]  # a normalization, or a course reference's helper
+    assert "implement it yourself" in said and ("norm" in named or "grader.reference" in named)
 
 
 @pytest.mark.parametrize("route", sorted(ROUTES["undoing the block"]))
@@ -284,6 +284,40 @@ def test_what_student_code_can_reach_does_not_undo_the_block(layer_norm_blocked,
 @pytest.mark.parametrize("kept", sorted(KEPT))
 def test_what_the_answers_need_computes_what_it_did_before_the_block(layer_norm_blocked, kept):
     assert layer_norm_blocked["kept"][kept] == "computed"
+
+
+def test_a_placement_exercise_blocks_the_library_s_whole_blocks_not_their_parts():
+    said = blocked_run(
+        "PostLNBlock",
+        {
+            "nn.TransformerEncoderLayer": (
+                "y = nn.TransformerEncoderLayer(D, 2, 16, dropout=0.0, batch_first=True)"
+                ".double()(x)"
+            ),
+            "the course's PostLNBlock": "y = nu.PostLNBlock(D, 2, 16).double()(x)",
+            "a one-layer nn.TransformerEncoder, in a thread": IN_A_THREAD.format(
+                "nn.TransformerEncoder(nn.TransformerEncoderLayer(D, 2, 16, batch_first=True), 1)"
+                ".double()(x)"
+            ),
+        },
+        {"nn.LayerNorm": "y = nn.LayerNorm(D, dtype=x.dtype)(x)", **KEPT},
+    )
+    assert all(s.startswith("blocked: ") for s in said["routes"].values()), said
+    assert set(said["kept"].values()) == {"computed"}, said
+
+
+def test_a_refused_call_is_noted_even_when_the_answer_catches_it():
+    """The runner reports attempted() with the exercise's record: a caught refusal still names
+    the function in the feedback."""
+    caught = (
+        "try:\n"
+        "    y = ThreadPoolExecutor(1).submit(lambda: nu.layer_norm(x, (D,))).result()\n"
+        "except Exception:\n"
+        "    y = x\n"
+        "y = sorted(blocking.attempted())"
+    )
+    said = blocked_run("layer_norm", {"caught": caught}, {})
+    assert "grader.reference.functional.layer_norm" in said["routes"]["caught"], said
 
 
 def test_only_the_exercise_s_own_families_are_blocked():
@@ -301,28 +335,34 @@ def test_only_the_exercise_s_own_families_are_blocked():
     assert set(said["kept"].values()) == {"computed"}, said
 
 
-@pytest.mark.parametrize("family", NORMALIZATIONS, ids=lambda f: f.names[0])
+FAMILIES = {f.names[0]: f for e in EXERCISES.values() for f in e.forbidden.families}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_every_entry_of_the_table_names_something_this_torch_has(family):
     """A misspelt operator or path would block nothing, silently."""
     import importlib
 
     import torch
 
-    for operator in family.operators:
+    for operator in FAMILIES[family].operators:
         namespace, name = operator.split("::")
         assert hasattr(getattr(torch.ops, namespace), name), operator
-    for path in family.python:
-        module, _, attribute = path.rpartition(".")
-        assert callable(getattr(importlib.import_module(module), attribute)), path
+    for path in FAMILIES[family].python:
+        module, _, qualified = path.partition(":")
+        found = importlib.import_module(module)
+        for attribute in qualified.split("."):
+            found = getattr(found, attribute)
+        assert callable(found), path
 
 
 def test_every_function_of_the_reference_module_is_in_the_table():
     import inspect
 
-    from norm_utils import functional
+    from grader.reference import functional
 
     defined = {
-        f"norm_utils.functional.{n}"
+        f"grader.reference.functional:{n}"
         for n, f in vars(functional).items()
         if inspect.isfunction(f) and f.__module__ == functional.__name__
     }
@@ -333,7 +373,7 @@ def test_every_function_of_the_reference_module_is_in_the_table():
 # before anything runs (what it cannot read, the block above stops).
 NAMED = {
     "a sibling norm": "y = F.instance_norm(x[None])",
-    "norm_utils' private helper": "mean, var = nu.functional._moments(x, (-1,))",
+    "a reference's private helper": "mean, var = nu.functional._moments(x, (-1,))",
     "torch._refs": "y = torch._refs._normalize(x, (-1,), eps)",
     "torch._decomp imported": "from torch._decomp import decompositions",
     "torch._refs by its module's name": "refs = sys.modules['torch._refs']",

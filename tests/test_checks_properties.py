@@ -20,9 +20,9 @@ from grader.checks.batch_norm import _batch_norm_variant
 from grader.checks.core import Check, Exercise, expected_outputs, judge, plan
 from grader.checks.layer_norm import _backward_variant, _layer_norm_variant
 from grader.checks.sequences import _mask_variant, _masked_bn_variant
+from grader.reference.blocks import PostLNBlock, PreLNBlock
 from grader.sandboxed import probes
 from grader.sandboxed.probe import trailing_dims
-from norm_utils.blocks import PostLNBlock, PreLNBlock
 
 
 def _weight_alone(x, normalized_shape, weight=None, bias=None, eps=1e-5):

@@ -17,6 +17,7 @@ import norm_utils
 from grader.checks import CheckFailed, check, run
 from grader.checks.core import StudentError, judge_check, outputs_of, plan
 from grader.checks.sequences import EXERCISES
+from grader.reference.masking import lengths_to_mask
 
 ASSIGNMENT = "03_sequences"
 BY_NAME = {e.name: e for e in EXERCISES}
@@ -137,13 +138,13 @@ def test_solution_masked_batch_norm_ignores_appended_padding_and_its_values():
 def test_solution_pooling_ignores_appended_padding_and_refuses_empty_rows():
     masked_mean_pool = SOLUTIONS["masked_mean_pool"][0]
     h = torch.randn(3, 6, 4)
-    mask = norm_utils.lengths_to_mask([6, 1, 3])
+    mask = lengths_to_mask([6, 1, 3])
     pooled = masked_mean_pool(h, mask)
     torch.testing.assert_close(pooled[1], h[1, 0])
     longer = F.pad(h, (0, 0, 0, 30), value=float("nan"))
     torch.testing.assert_close(masked_mean_pool(longer, F.pad(mask, (0, 30))), pooled)
     with pytest.raises(ValueError, match=r"\[1\]"):
-        masked_mean_pool(h, norm_utils.lengths_to_mask([6, 0, 3]))
+        masked_mean_pool(h, lengths_to_mask([6, 0, 3]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,11 +223,13 @@ def test_feedback_never_shows_hidden_inputs():
 CHEATS = {
     "lengths_to_mask": [
         "def lengths_to_mask(lengths, max_len=None):\n"
+        "    from grader.reference import masking as nu\n"
         "    return nu.lengths_to_mask(lengths, max_len)",
     ],
     "masked_batch_norm": [
         "def masked_batch_norm(x, mask, running_mean=None, running_var=None, weight=None,\n"
         "                      bias=None, training=False, momentum=0.1, eps=1e-5):\n"
+        "    from grader.reference import masking as nu\n"
         "    return nu.masked_batch_norm(x, mask, running_mean, running_var, weight, bias,\n"
         "                                training, momentum, eps)",
         "def masked_batch_norm(x, mask, running_mean=None, running_var=None, weight=None,\n"
@@ -244,8 +247,11 @@ CHEATS = {
         "    return out",
     ],
     "masked_mean_pool": [
-        "def masked_mean_pool(h, mask):\n    return nu.masked_mean(h, mask, dim=1)",
         "def masked_mean_pool(h, mask):\n"
+        "    from grader.reference import masking as nu\n"
+        "    return nu.masked_mean(h, mask, dim=1)",
+        "def masked_mean_pool(h, mask):\n"
+        "    from grader.reference import masking as nu\n"
         "    return getattr(nu, 'masked_' + 'mean')(h, mask, dim=1)",
     ],
 }

@@ -1,4 +1,4 @@
-"""norm_utils.functional against torch.nn.functional: values, gradients, numerics and errors."""
+"""grader.reference.functional against torch.nn.functional: values, gradients, numerics, errors."""
 
 import doctest
 import math
@@ -11,8 +11,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from torch import Tensor, nn
 
-import norm_utils.functional
-from norm_utils.functional import (
+import grader.reference.functional
+from grader.reference.functional import (
     batch_norm,
     group_norm,
     instance_norm,
@@ -491,6 +491,6 @@ def test_instance_norm_rejects_bad_inputs():
 
 
 def test_docstring_examples_run():
-    result = doctest.testmod(norm_utils.functional, extraglobs={"torch": torch})
+    result = doctest.testmod(grader.reference.functional, extraglobs={"torch": torch})
     assert result.attempted > 0
     assert result.failed == 0

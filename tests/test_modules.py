@@ -1,4 +1,4 @@
-"""norm_utils.modules.BatchNorm against torch.nn.BatchNorm1d, step by step."""
+"""grader.reference.modules.BatchNorm against torch.nn.BatchNorm1d, step by step."""
 
 import doctest
 import re
@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-import norm_utils.modules
-from norm_utils.modules import BatchNorm
+import grader.reference.modules
+from grader.reference.modules import BatchNorm
 
 BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 
@@ -144,6 +144,6 @@ def test_repr_shows_the_configuration():
 
 
 def test_docstring_examples_run():
-    result = doctest.testmod(norm_utils.modules, extraglobs={"torch": torch})
+    result = doctest.testmod(grader.reference.modules, extraglobs={"torch": torch})
     assert result.attempted > 0
     assert result.failed == 0

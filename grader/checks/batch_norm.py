@@ -216,7 +216,7 @@ BATCH_NORM = Exercise(
     forms=(("x", "2-d"), ("x", "3-d")),
     checks=(
         Check(
-            "the seed's table (1, 3), (5, 7): one training step, then eval on it",
+            "the table of section 1, (1, 3) and (5, 7): one training step, then eval on it",
             lambda rng: _bn_case(rng, [SEED_TABLE], SEED_TABLE),
             points=1,
         ),

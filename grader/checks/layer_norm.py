@@ -29,9 +29,9 @@ from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, VARIANCE, forbid
 from grader.checks.properties import LAYER_NORM_BACKWARD as BACKWARD_INVARIANTS
 from grader.checks.properties import Variance, trailing_norm
+from grader.reference import functional as ref
 from grader.sandboxed.probe import trailing_dims
 from grader.sandboxed.probes import probe_backward, probe_layer_norm, probe_var
-from norm_utils import functional as ref
 
 # ---------------------------------------------------------------------------------------------
 # layer_norm
@@ -170,7 +170,7 @@ LAYER_NORM = Exercise(
     forms=(("normalized_shape", "int"), ("normalized_shape", "tuple")),
     checks=(
         Check(
-            "reproduces the seed's example: tokens (1, 3) and (10, 14) each become (−1, 1)",
+            "the worked example of section 2: tokens (1, 3) and (10, 14) each become (−1, 1)",
             lambda rng: _ln_case(
                 np.array([[[1.0, 3.0], [10.0, 14.0]]], np.float32), 1, as_int=True
             ),

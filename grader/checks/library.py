@@ -10,7 +10,7 @@ Each family lists the library's code three ways, for the two places that enforce
 
 - `operators`: PyTorch dispatcher operators (every overload, forward and backward), blocked in
   the exercise's process by `grader.sandboxed.blocking` whatever the route to them;
-- `python`: pure-Python implementations (torch's decompositions and references, `norm_utils`,
+- `python`: pure-Python implementations (torch's decompositions and references, the course's
   public and private), poisoned there too;
 - `names`: what the static scan refuses in the answer's text: the above by their last name,
   plus the `nn` classes and `F` functions that reach them.
@@ -25,13 +25,13 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Family:
     operators: tuple[str, ...] = ()  # "namespace::name"
-    python: tuple[str, ...] = ()  # "module.function"
+    python: tuple[str, ...] = ()  # "module:function" or "module:Class.method"
     classes: tuple[str, ...] = ()  # nn classes and other names the source must not use
 
     @property
     def names(self) -> tuple[str, ...]:
         qualified = [o.split("::")[1] for o in self.operators] + [
-            p.rpartition(".")[2] for p in self.python
+            p.partition(":")[2].split(".")[0] for p in self.python
         ]
         return tuple(dict.fromkeys((*qualified, *self.classes)))
 
@@ -39,7 +39,7 @@ class Family:
 @dataclass(frozen=True)
 class Forbidden:
     """What one exercise forbids: families of the table and names of its own (e.g. the
-    `norm_utils` function of the same name). Iterating gives the names the scan refuses."""
+    reference function of the same name). Iterating gives the names the scan refuses."""
 
     families: tuple[Family, ...] = ()
     own: tuple[str, ...] = ()
@@ -60,12 +60,12 @@ def forbid(*families: Family, own: tuple[str, ...] = ()) -> Forbidden:
     return Forbidden(families, own)
 
 
-# Every function of norm_utils.functional is a normalization or a piece of one (its moments,
+# Every function of grader.reference.functional is a normalization or a piece of one (its moments,
 # running statistics, affine map): an answer may call none of them.
 NORM_UTILS = Family(
     python=(
         *(
-            f"norm_utils.functional.{name}"
+            f"grader.reference.functional:{name}"
             for name in (
                 "_moments",
                 "_normalized_dims",
@@ -81,7 +81,7 @@ NORM_UTILS = Family(
                 "rms_norm",
             )
         ),
-        "norm_utils.masking.masked_batch_norm",
+        "grader.reference.masking:masked_batch_norm",
     ),
     classes=("BatchNorm",),
 )
@@ -94,10 +94,10 @@ LAYER_NORM = Family(
         "quantized::layer_norm",
     ),
     python=(
-        "torch._refs.native_layer_norm",
-        "torch._refs.nn.functional.layer_norm",
-        "torch._refs._normalize",
-        "torch._decomp.decompositions.native_layer_norm_backward",
+        "torch._refs:native_layer_norm",
+        "torch._refs.nn.functional:layer_norm",
+        "torch._refs:_normalize",
+        "torch._decomp.decompositions:native_layer_norm_backward",
     ),
     classes=("LayerNorm",),
 )
@@ -121,7 +121,7 @@ BATCH_NORM = Family(
         "quantized::batch_norm2d",
         "quantized::batch_norm3d",
     ),
-    python=("torch._decomp.decompositions.native_batch_norm_helper",),
+    python=("torch._decomp.decompositions:native_batch_norm_helper",),
     classes=(
         "BatchNorm1d",
         "BatchNorm2d",
@@ -152,7 +152,7 @@ GROUP_NORM = Family(
         "aten::native_group_norm_backward",
         "quantized::group_norm",
     ),
-    python=("torch._refs.native_group_norm", "torch._refs.nn.functional.group_norm"),
+    python=("torch._refs:native_group_norm", "torch._refs.nn.functional:group_norm"),
     classes=("GroupNorm",),
 )
 
@@ -162,7 +162,7 @@ RMS_NORM = Family(
 )
 
 # x / ‖x‖: of the centred input, times √n, it is layer_norm without ε.
-L2_NORMALIZE = Family(python=("torch.nn.functional.normalize",))
+L2_NORMALIZE = Family(python=("torch.nn.functional:normalize",))
 
 NORMALIZATIONS = (
     LAYER_NORM,
@@ -185,14 +185,38 @@ VARIANCE = Family(
         "aten::cov",
         "prims::var",
     ),
-    python=("torch._refs.var", "torch._refs.var_mean", "torch._refs.std", "torch._refs.std_mean"),
+    python=("torch._refs:var", "torch._refs:var_mean", "torch._refs:std", "torch._refs:std_mean"),
 )
 
 MASKED_MEAN = Family(
     operators=("aten::nanmean",),
-    python=("norm_utils.masking.masked_mean",),
+    python=("grader.reference.masking:masked_mean",),
 )
 
 SEQUENCE_MASKS = Family(
-    python=("norm_utils.masking.lengths_to_mask", "norm_utils.masking.pad_sequences"),
+    python=("grader.reference.masking:lengths_to_mask", "norm_utils.masking:pad_sequences"),
+)
+
+# The placement exercises ask for a Transformer block or stack: the library's, torch's and
+# the course's, compute one whole (a stack of one layer is a block). Their forward methods are
+# refused; their parts (nn.LayerNorm, attention) are what the answers are built from.
+LIBRARY_BLOCKS = Family(
+    operators=("aten::_transformer_encoder_layer_fwd",),
+    python=(
+        "torch.nn.modules.transformer:TransformerEncoderLayer.forward",
+        "torch.nn.modules.transformer:TransformerDecoderLayer.forward",
+        "grader.reference.blocks:PostLNBlock.forward",
+        "grader.reference.blocks:PreLNBlock.forward",
+        "norm_utils.blocks:DeepNormBlock.forward",
+    ),
+    classes=("_Block",),
+)
+
+LIBRARY_STACKS = Family(
+    python=(
+        "torch.nn.modules.transformer:TransformerEncoder.forward",
+        "torch.nn.modules.transformer:Transformer.forward",
+        "norm_utils.blocks:Encoder.forward",
+        "norm_utils.blocks:TinyLM.forward",
+    ),
 )

@@ -2,7 +2,7 @@
 
 The student's class is built, given known weights (plain arrays, in the `state_dict` layout of
 `nn.TransformerEncoderLayer` / `nn.TransformerEncoder`), run forward and backward in float64,
-and compared with PyTorch's own layer (`norm_first=False` / `True`) and with `norm_utils`.
+and compared with PyTorch's own layer (`norm_first=False` / `True`) and with the reference blocks.
 Two kinds of check pin down *where* the LayerNorm sits rather than only whether the numbers match:
 
 - stand-in sublayers: `_sa_block` and `_ff_block` are replaced by known functions F₁, F₂ and
@@ -29,10 +29,11 @@ import numpy as np
 from torch import nn
 
 from grader.checks.core import Arrays, Check, Exercise, Mistake
-from grader.checks.library import forbid
+from grader.checks.library import LIBRARY_BLOCKS, LIBRARY_STACKS, forbid
+from grader.reference.blocks import PostLNBlock, PreLNBlock
 from grader.sandboxed import probes
 from grader.sandboxed.probes import ALONE, probe_block, probe_stack
-from norm_utils.blocks import Encoder, PostLNBlock, PreLNBlock
+from norm_utils.blocks import Encoder
 
 SWITCH_OFF = ("self_attn.out_proj.weight", "linear2.weight")  # zeroed: F₁ ≡ b₁, F₂ ≡ b₂
 _TOL = {"rtol": 1e-7, "atol": 1e-9}  # float64 throughout; every mistake moves outputs by ~1
@@ -300,7 +301,8 @@ ENCODER_MISTAKES = (
     ),
     Mistake(
         "Post-LN blocks",
-        "Your stack is built from Post-LN blocks; a Pre-LN stack uses `nu.PreLNBlock`.",
+        "Your stack is built from Post-LN blocks; a Pre-LN stack uses "
+        "`nn.TransformerEncoderLayer(..., norm_first=True)`.",
         _encoder_variant("PostBlocks", block=PostLNBlock),
     ),
 )
@@ -423,18 +425,6 @@ def _block_properties(terms) -> tuple:
 # ---------------------------------------------------------------------------------------------
 # Exercises
 
-_BLOCK_FORBIDDEN = (
-    "TransformerEncoderLayer",
-    "TransformerDecoderLayer",
-    "Transformer",
-    "PostLNBlock",
-    "PreLNBlock",
-    "DeepNormBlock",
-    "_Block",
-    "Encoder",
-    "TinyLM",
-)
-
 
 def _block_checks(placement: str, switched_off: str) -> tuple[Check, ...]:
     return (
@@ -480,7 +470,7 @@ POST_LN_BLOCK = Exercise(
     mistakes=POST_LN_MISTAKES,
     **_TOL,
     properties=_block_properties(_post_ln_terms),
-    forbidden=forbid(own=_BLOCK_FORBIDDEN),
+    forbidden=forbid(LIBRARY_BLOCKS, LIBRARY_STACKS),
 )
 
 PRE_LN_BLOCK = Exercise(
@@ -491,7 +481,7 @@ PRE_LN_BLOCK = Exercise(
     mistakes=PRE_LN_MISTAKES,
     **_TOL,
     properties=_block_properties(_pre_ln_terms),
-    forbidden=forbid(own=_BLOCK_FORBIDDEN),
+    forbidden=forbid(LIBRARY_BLOCKS, LIBRARY_STACKS),
 )
 
 PRE_LN_ENCODER = Exercise(
@@ -527,7 +517,7 @@ PRE_LN_ENCODER = Exercise(
     mistakes=ENCODER_MISTAKES,
     properties=(BatchIndependence(),),
     **_TOL,
-    forbidden=forbid(own=("TransformerEncoder", "Encoder", "Transformer", "TinyLM")),
+    forbidden=forbid(LIBRARY_STACKS),
 )
 
 EXERCISES = (POST_LN_BLOCK, PRE_LN_BLOCK, PRE_LN_ENCODER)
@@ -535,5 +525,5 @@ EXERCISES = (POST_LN_BLOCK, PRE_LN_BLOCK, PRE_LN_ENCODER)
 probes.TRUSTED.update(
     {e.reference for e in EXERCISES}
     | {m.impl for e in EXERCISES for m in e.mistakes}
-    | {PostLNBlock, PreLNBlock}  # norm_utils' blocks, so the tests can hold them to the checks
+    | {PostLNBlock, PreLNBlock}  # the reference blocks, so the tests can hold them to the checks
 )

@@ -11,7 +11,7 @@ raises `ForbiddenCall` naming the function and saying to implement it:
   raises. The dispatcher is shared by every thread and every way in: `F.*`, `nn.Module`s,
   `torch.ops.aten.*`, TorchScript, `torch.compile`'s compiled code, `vmap`. Meta kernels are
   kept: they compute shapes only, never values.
-- Pure-Python implementations (`torch._refs`, `torch._decomp`, `norm_utils`): each function's
+- Pure-Python implementations (`torch._refs`, `torch._decomp`, `grader.reference`): each function's
   code is replaced in place, so every name, table entry and wrapper that holds the function
   holds the refusal; the original code is dropped.
 
@@ -130,23 +130,29 @@ def _template(*args, **kwargs):
 
 
 def _poison(function: types.FunctionType, name: str) -> None:
-    """Replace the function's code (in place: every reference sees it) with a refusal."""
-    if function.__closure__:  # a wrapper (its code needs its cells): what it wraps is poisoned
-        return
+    """Replace the function's code (in place: every reference sees it) with a refusal. The
+    refusal keeps the function's free variables (a method's `__class__`, a wrapper's cells),
+    which Python requires of a replacement, and never reads them."""
     consts = tuple(_Refusal(name) if c == "refusal" else c for c in _template.__code__.co_consts)
-    code = _template.__code__.replace(
-        co_consts=consts, co_name=function.__name__, co_qualname=function.__qualname__
+    function.__code__ = _template.__code__.replace(
+        co_consts=consts,
+        co_freevars=function.__code__.co_freevars,
+        co_name=function.__name__,
+        co_qualname=function.__qualname__,
     )
-    function.__code__ = code
 
 
 def _resolve(path: str):
-    """The object at a dotted path ('torch._refs.native_layer_norm'); None if absent."""
-    module_name, _, attribute = path.rpartition(".")
+    """The object at 'module:qualified.name' ('torch._refs:native_layer_norm',
+    'torch.nn:TransformerEncoderLayer.forward'); None if absent."""
+    module_name, _, qualified = path.partition(":")
     try:
-        return getattr(importlib.import_module(module_name), attribute)
+        found = importlib.import_module(module_name)
+        for attribute in qualified.split("."):
+            found = inspect.getattr_static(found, attribute)
     except (ImportError, AttributeError):
         return None
+    return found
 
 
 def _python_implementations(operators: Iterable[str]) -> dict[str, types.FunctionType]:
@@ -160,8 +166,8 @@ def _python_implementations(operators: Iterable[str]) -> dict[str, types.Functio
             packet, _, variant = overload.partition(".")
             op = getattr(getattr(getattr(torch.ops, namespace), packet), variant or "default")
             for table in global_decomposition_table.values():
-                if op in table:
-                    found[f"{table[op].__module__}.{table[op].__name__}"] = table[op]
+                if isinstance(table.get(op), types.FunctionType):
+                    found[f"{table[op].__module__}:{table[op].__qualname__}"] = table[op]
     return found
 
 
@@ -178,11 +184,12 @@ def block(operators: Iterable[str] = (), python: Iterable[str] = ()) -> None:
     Args:
         operators: dispatcher operators ("aten::native_layer_norm"), each with all its
             overloads; their Python decompositions in `torch._decomp` are poisoned too.
-        python: dotted paths of pure-Python functions ("norm_utils.functional._moments").
+        python: pure-Python functions and methods, as "module:qualified.name"
+            ("grader.reference.functional:_moments", "torch.nn:TransformerEncoderLayer.forward").
     """
     operators = tuple(operators)
     targets = {path: _resolve(path) for path in python}  # imports their modules first, so the
     targets.update(_python_implementations(operators))  # decompositions they register are seen
     for path, function in targets.items():
-        _poison_chain(function, path)
+        _poison_chain(function, path.replace(":", "."))
     _block_operators(operators)

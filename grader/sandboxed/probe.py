@@ -94,13 +94,17 @@ class _TorchTripwire(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+# The course's own implementations: the demos' package and the graded references.
+COURSE_PACKAGES = ("norm_utils", "grader.reference")
+
+
 def _reference_calls(names: frozenset[str], seen: set[str]):
-    """A profile hook noting calls into norm_utils' versions of the forbidden functions."""
+    """A profile hook noting calls into the course's versions of the forbidden functions."""
 
     def hook(frame, event, arg):
         module = frame.f_globals.get("__name__", "")
-        if event == "call" and module.startswith("norm_utils") and frame.f_code.co_name in names:
-            seen.add(f"norm_utils.{frame.f_code.co_name}")
+        if event == "call" and module.startswith(COURSE_PACKAGES) and frame.f_code.co_name in names:
+            seen.add(f"{module}.{frame.f_code.co_name}")
 
     return hook
 
@@ -121,8 +125,9 @@ def tripwires(exercise: Probed) -> Iterator[set[str]]:
 def call(exercise: Probed, answer: Any, inputs: Arrays) -> tuple[Outputs, set[str]]:
     """Run the exercise's probe on the student's answer; return its outputs and forbidden calls."""
     with tripwires(exercise) as seen:
-        if (getattr(answer, "__module__", None) or "").startswith("norm_utils"):
-            seen.add(f"norm_utils.{getattr(answer, '__name__', exercise.name)}")
+        module = getattr(answer, "__module__", None) or ""
+        if module.startswith(COURSE_PACKAGES):
+            seen.add(f"{module}.{getattr(answer, '__name__', exercise.name)}")
         try:
             outputs: Outputs = outputs_of(exercise, answer, inputs)
         except UnusableOutput as error:

@@ -26,7 +26,7 @@ LIBRARY_STACKS = frozenset(
 LIBRARY_BLOCKS = LIBRARY_STACKS | {
     f"{_TRANSFORMER}.TransformerEncoderLayer",
     f"{_TRANSFORMER}.TransformerDecoderLayer",
-    "norm_utils.blocks._Block",
+    "grader.reference.blocks._Block",
 }
 # The references and the known mistakes, which may be built on the library: filled in by the
 # grader's checks in the grader's process, and so always empty where a student's code runs.

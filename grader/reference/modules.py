@@ -1,9 +1,9 @@
-"""A stateful reference BatchNorm, built on :func:`norm_utils.functional.batch_norm`."""
+"""A stateful reference BatchNorm, built on :func:`grader.reference.functional.batch_norm`."""
 
 import torch
 from torch import Tensor, nn
 
-from norm_utils.functional import batch_norm
+from grader.reference.functional import batch_norm
 
 __all__ = ["BatchNorm"]
 

@@ -1,0 +1,43 @@
+"""The reference implementations of the graded exercises, for the checks and the tests.
+
+They mirror their namesakes in :mod:`torch.nn.functional` and are held against PyTorch by the
+tests. They live with the grader, not in `norm_utils` (the package the notebooks' demos import),
+so that the demos hand out no answers; an answer cell may not import the grader.
+
+- `functional`: layer_norm, layer_norm_backward, batch_norm, group_norm, instance_norm, rms_norm
+- `modules`: BatchNorm, a stateful twin of nn.BatchNorm1d
+- `masking`: lengths_to_mask, masked_mean, masked_batch_norm
+- `blocks`: PostLNBlock, PreLNBlock
+"""
+
+from grader.reference import blocks, functional, masking, modules
+from grader.reference.blocks import PostLNBlock, PreLNBlock
+from grader.reference.functional import (
+    batch_norm,
+    group_norm,
+    instance_norm,
+    layer_norm,
+    layer_norm_backward,
+    rms_norm,
+)
+from grader.reference.masking import lengths_to_mask, masked_batch_norm, masked_mean
+from grader.reference.modules import BatchNorm
+
+__all__ = [
+    "BatchNorm",
+    "PostLNBlock",
+    "PreLNBlock",
+    "batch_norm",
+    "blocks",
+    "functional",
+    "group_norm",
+    "instance_norm",
+    "layer_norm",
+    "layer_norm_backward",
+    "lengths_to_mask",
+    "masked_batch_norm",
+    "masked_mean",
+    "masking",
+    "modules",
+    "rms_norm",
+]
