@@ -159,8 +159,9 @@ def library_routes() -> dict[str, tuple[str, str, float]]:
         + ROUTE_HEAD
         + IN_A_THREAD,
     }
-    # Defused, a refusal still gives nothing back: no library values, no points.
-    words = {"defuse_the_refusals": "layer_norm: 0 / 10"}
+    # Defused, a refusal still gives nothing back: no library values, no points. The graded
+    # references are not in the sandboxed process at all: looking them up fails.
+    words = {"defuse_the_refusals": "layer_norm: 0 / 10", "reference_in_a_thread": "KeyError"}
     blocked = "library's own implementation"
     return {name: (code, words.get(name, blocked), 0) for name, code in routes.items()}
 
