@@ -33,7 +33,7 @@ from collections.abc import Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import nbformat
 from nbconvert.preprocessors import ClearMetadataPreprocessor
@@ -45,8 +45,16 @@ from nbgrader.preprocessors import (
     LimitOutput,
     SaveAutoGrades,
 )
+from traitlets.config import Config
 
-from grader.config import assignments, course_config, course_source, use_this_environment
+import grader.sandbox  # Sandbox is looked up when grading: a test can make it unavailable
+from grader.config import (
+    EXERCISE_SECONDS,
+    assignments,
+    course_config,
+    course_source,
+    use_this_environment,
+)
 from grader.discovery import student_folders
 from grader.nbgrader_steps import InjectResults, results_path
 from grader.notebook import (
@@ -56,7 +64,7 @@ from grader.notebook import (
     submitted_bytes,
     untag_earlier_copies,
 )
-from grader.sandbox import Sandbox
+from grader.sandbox import Sandbox, SandboxUnavailable
 from grader.submission import (
     DEFAULT_LIMITS,
     RUNNERS,
@@ -64,8 +72,11 @@ from grader.submission import (
     Limits,
     grade_notebooks,
 )
+from grader.untrusted import read_below
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+SANDBOX_PROCESSES = 64  # per sandbox uid: processes and threads a student's code may hold
+EXCHANGE_FILES = ("timestamp.txt", "submission_secret.txt")
 
 
 class Refused(RuntimeError):
@@ -111,7 +122,12 @@ class Outcome:
 
 @dataclass
 class Course:
-    """A grading working directory: gradebook, staged submissions, results, feedback."""
+    """A grading working directory: gradebook, results, feedback; an nbgrader course folder
+    (`grader init`) or a folder of its own beside the submissions.
+
+    Students' work is never written to: nbgrader's `autograde` reads, when `grader autograde`
+    records, a copy of each submission in `staged/` (its stripped nbgrader tags restored), not
+    the course's `submitted/`, which `nbgrader collect` and `release_feedback` own."""
 
     root: Path
     results: Path = field(init=False)
@@ -121,7 +137,7 @@ class Course:
         self.root = self.root.resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self.results = self.root / "results"
-        self.staged = self.root / "submitted"
+        self.staged = self.root / "staged"
         # The runners' job folders: this course's own, in the system's temporary folder (the
         # sandbox shows a job at its own path, so a folder in the course would show the
         # course's path), found again by the next run to remove what a killed one left.
@@ -189,10 +205,13 @@ class Course:
         for stamp in [*self.graded_stamps(), *(self.root / "release").glob(".*.source-sha256")]:
             stamp.unlink()
 
-    def api(self) -> NbGraderAPI:
+    def config(self) -> Config:
+        """nbgrader's settings for this course, as every nbgrader command run in it reads them
+        (`grader init` writes an nbgrader_config.py that loads them): nbgrader's folders, one
+        gradebook, and `autograde` grading through the course's sandboxed checks."""
         config = course_config(root=self.root, release=self.root / "release")
-        config.CourseDirectory.submitted_directory = str(self.staged)
         config.InjectResults.results_dir = str(self.results)
+        config.InjectResults.submissions_dir = str(self.root / "submitted")
         config.Autograde.autograde_preprocessors = [
             InjectResults,
             IgnorePattern,
@@ -209,6 +228,14 @@ class Course:
             "nbgrader.preprocessors.GetGrades",
             "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
         ]
+        return config
+
+    def api(self) -> NbGraderAPI:
+        """nbgrader for `grader autograde`'s recording: it reads the staged copies, and the
+        results just graded are the submission's own."""
+        config = self.config()
+        config.CourseDirectory.submitted_directory = str(self.staged)
+        config.InjectResults.graded_now = True
         return NbGraderAPI(config=config)
 
 
@@ -218,10 +245,31 @@ def _tasks(submissions: Path, students: Iterable[str]) -> list[Task]:
     return [Task(s, a, root / s / a / f"{a}.ipynb") for s in students for a in assignments()]
 
 
+def handed_in(task: Task) -> bool:
+    """Whether the student handed this assignment in: its folder exists (a link counts, to be
+    refused when read); the notebook in it may still be missing or broken."""
+    return os.path.lexists(task.submission.parent)
+
+
 def discover(submissions: Path) -> list[Task]:
-    """One task per student folder × assignment: <student>/<assignment>/<assignment>.ipynb.
+    """One task per assignment a student handed in: <student>/<assignment>/<assignment>.ipynb.
     Tool litter is no student, and a folder name nbgrader cannot store is left out (`refused`)."""
-    return _tasks(submissions, student_folders(submissions)[0])
+    return [t for t in _tasks(submissions, student_folders(submissions)[0]) if handed_in(t)]
+
+
+def not_handed_in(
+    submissions: Path, students: Collection[str] = (), notebooks: Collection[str] = ()
+) -> list[Task]:
+    """Each student × assignment (of those named, if any) with no folder: nothing to grade,
+    and nothing recorded, so that a later `nbgrader collect` of it finds no grade in its way."""
+    tasks = _tasks(submissions, student_folders(submissions)[0])
+    return [t for t in tasks if not handed_in(t) and _wanted(t, students, notebooks)]
+
+
+def _wanted(task: Task, students: Collection[str], notebooks: Collection[str]) -> bool:
+    return (not students or task.student in students) and (
+        not notebooks or task.assignment in notebooks
+    )
 
 
 def refused(submissions: Path) -> list[Outcome]:
@@ -313,11 +361,46 @@ def grade(tasks: list[Task], course: Course, seed: int, limits: Limits, sandbox)
     return digests
 
 
+def sandboxed(wall_seconds: float = EXERCISE_SECONDS) -> tuple[Sandbox, Limits]:
+    """The sandbox and limits student code is graded with; raises SandboxUnavailable."""
+    return grader.sandbox.Sandbox(), Limits(wall_seconds=wall_seconds, processes=SANDBOX_PROCESSES)
+
+
+def grade_submission(root: Path, student: str, assignment: str, submission: Path) -> None:
+    """For nbgrader's own `autograde` of the course at `root`: grade `submission` in the sandbox
+    as `grader autograde` does, unless the stored result was graded from these very bytes.
+
+    Raises:
+        Refused: another run holds the course, or there is no sandbox to grade in.
+        GraderFault: the runner failed for the grader's reasons (nothing is stored).
+    """
+    course, task = Course(root), Task(student, assignment, submission)
+    stored = results_path(course.results, student, assignment)
+    try:
+        if json.loads(stored.read_text())["fingerprint"] == fingerprint(task):
+            return
+    except (OSError, ValueError, KeyError):
+        pass  # no result yet, or one that cannot be trusted: grade
+    try:
+        sandbox, limits = sandboxed()
+    except SandboxUnavailable as error:
+        raise Refused(f"cannot grade {student}/{assignment}: {error}") from None
+    with course.lock():
+        course.clean_scratch()
+        try:
+            grade([task], course, secrets.randbits(31), limits, sandbox)
+        finally:
+            shutil.rmtree(course.scratch, ignore_errors=True)
+
+
 def _stage(course: Course, task: Task) -> None:
     """What nbgrader reads: the submission with any stripped nbgrader tags restored, or the
-    release stub when there is nothing readable (so the record says 0, not 'needs grading')."""
+    release stub when there is nothing readable (so the record says 0, not 'needs grading'),
+    with the files nbgrader's exchange keeps beside it (late penalties and `release_feedback`
+    read them)."""
     target = course.staged / task.student / task.assignment / f"{task.assignment}.ipynb"
-    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(target.parent, ignore_errors=True)  # nothing left from an earlier copy
+    target.parent.mkdir(parents=True)
     try:
         notebook = read_notebook(task.submission)
     except ValueError:
@@ -325,6 +408,20 @@ def _stage(course: Course, task: Task) -> None:
     restore_metadata(notebook, source_notebook(task.assignment))
     untag_earlier_copies(notebook)
     nbformat.write(notebook, target)
+    for name in EXCHANGE_FILES:
+        kept = _exchange_file(task, name)
+        if kept is not None:
+            (target.parent / name).write_bytes(kept)
+
+
+def _exchange_file(task: Task, name: str) -> bytes | None:
+    """One of the small files nbgrader's submit and collect keep beside a submission (None when
+    absent or not a plain file: a submission from elsewhere has none)."""
+    relative = PurePath(*task.submission.parts[-3:-1], name)
+    try:
+        return read_below(task.submission.parents[2], relative, 4096)
+    except (OSError, ValueError):
+        return None
 
 
 def record(task: Task, course: Course, api: NbGraderAPI, digest: str) -> Outcome:
@@ -410,9 +507,7 @@ def autograde(
             seed = secrets.randbits(31) if seed is None else seed  # hidden inputs vary per run
             outcomes, todo = refused(submissions), []
             for task in discover(submissions):
-                if (students and task.student not in students) or (
-                    notebooks and task.assignment not in notebooks
-                ):
+                if not _wanted(task, students, notebooks):
                     continue
                 unchanged = _stamp(course, task).is_file() and (
                     _stamp(course, task).read_text() == fingerprint(task)

@@ -1,10 +1,11 @@
-"""The course's command line (`grader <command> --help` for each): release, autograde,
-feedback, export, demo for instructors; check for students."""
+"""The course's command line (`grader <command> --help` for each): init, release, autograde,
+feedback, export, report, demo for instructors; check for students."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import shutil
 import sys
 import warnings
 from collections.abc import Callable
@@ -14,7 +15,6 @@ from grader.config import EXERCISE_SECONDS, REPO
 
 DEFAULT_COURSE = Path("course")
 DEMO_TIMEOUT = 15.0  # seconds: the sample class's looping student waits this long per exercise
-SANDBOX_PROCESSES = 64  # per sandbox uid: processes and threads a student's code may hold
 
 
 def _release(args: argparse.Namespace) -> int:
@@ -38,6 +38,30 @@ def _release(args: argparse.Namespace) -> int:
     return 0
 
 
+def _init(args: argparse.Namespace) -> int:
+    """A new nbgrader course folder: source/ (the course's source notebooks) and the
+    nbgrader_config.py that points every nbgrader command at it."""
+    from grader.config import assignments, course_source
+
+    _use_source(args)
+    course: Path = args.course
+    if course.exists() and (not course.is_dir() or any(course.iterdir())):
+        raise UsageError(f"{course} already exists and is not an empty folder: name a new one")
+    for assignment in assignments():
+        target = course / "source" / assignment
+        shutil.copytree(course_source() / assignment, target, ignore=_NOT_SOURCE)
+    shutil.copy(Path(__file__).with_name("nbgrader_config.py"), course / "nbgrader_config.py")
+    print(
+        f"Course folder {course}: nbgrader_config.py and source/ ({len(assignments())} "
+        "assignments). Run nbgrader's commands from there, starting with "
+        "`nbgrader generate_assignment ASSIGNMENT`."
+    )
+    return 0
+
+
+_NOT_SOURCE = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
+
+
 class UsageError(Exception):
     """Bad input, found before anything is created: one line, exit status 2."""
 
@@ -47,8 +71,11 @@ def _use_source(args: argparse.Namespace) -> None:
     does not hold this course's source notebooks."""
     from grader.config import MissingSource, use_source
 
+    folder, course = getattr(args, "source", None), getattr(args, "course", None)
+    if folder is None and course is not None and (course / "source").is_dir():
+        folder = course / "source"  # a course folder made by `grader init`
     try:
-        use_source(getattr(args, "source", None))
+        use_source(folder)
     except MissingSource as error:
         raise UsageError(str(error)) from None
 
@@ -56,26 +83,26 @@ def _use_source(args: argparse.Namespace) -> None:
 def _isolation(args: argparse.Namespace):
     """The sandbox and limits to grade with; refuses (exit 2) when bubblewrap is missing unless
     the instructor explicitly accepts running student code unsandboxed."""
-    from grader.sandbox import Sandbox, SandboxUnavailable
+    from grader.autograde import sandboxed
+    from grader.sandbox import SandboxUnavailable
     from grader.submission import Limits
 
-    limits = Limits(wall_seconds=args.timeout)
     if args.unsafe_no_sandbox:
-        return None, limits
+        return None, Limits(wall_seconds=args.timeout)
     try:
-        sandbox = Sandbox()
+        return sandboxed(args.timeout)
     except SandboxUnavailable as error:
         raise UsageError(str(error)) from None
-    return sandbox, Limits(wall_seconds=args.timeout, processes=SANDBOX_PROCESSES)
 
 
 def _autograde(args: argparse.Namespace) -> int:
     """Exit 0 when every notebook is graded and recorded, 1 when some are not (listed), 2 when
     the run is refused, 128 + N when stopped by signal N."""
-    from grader.autograde import Course, Interrupted, Refused, autograde
+    from grader.autograde import Course, Interrupted, Refused, autograde, not_handed_in
     from grader.discovery import layout_problem
 
     _use_source(args)
+    args.submissions = args.submissions or args.course / "submitted"
     problem = layout_problem(args.submissions, args.course)
     if problem:
         raise UsageError(problem)
@@ -103,14 +130,17 @@ def _autograde(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 128 + stop.signum
-    return _summary(outcomes, course)
+    absent = not_handed_in(args.submissions, args.student or (), args.assignment or ())
+    return _summary(outcomes, course, absent)
 
 
-def _summary(outcomes: list, course) -> int:
-    """Print every student × notebook not graded in full, and the counts; returns the exit
-    status: 1 when any notebook was not graded and recorded."""
+def _summary(outcomes: list, course, absent: list = ()) -> int:
+    """Print every student × notebook not graded in full (and those `absent`: not handed in,
+    so not graded), and the counts; returns the exit status: 1 when any notebook was not
+    graded and recorded."""
     from grader.autograde import lost
 
+    _listing("Not handed in (skipped, nothing recorded):", [(t, "") for t in absent])
     not_recorded = [(o.task, o.problem) for o in outcomes if o.problem]
     unjudged = [(o.task, why) for o in outcomes if not o.problem and (why := lost(o.task, course))]
     _listing("Scored 0 as listed (the student's doing; their feedback says why):", unjudged)
@@ -119,7 +149,7 @@ def _summary(outcomes: list, course) -> int:
     graded = len(outcomes) - skipped - len(not_recorded)
     print(
         f"Notebooks: {graded} graded, {skipped} unchanged since the last run (skipped), "
-        f"{len(not_recorded)} not recorded."
+        f"{len(absent)} not handed in, {len(not_recorded)} not recorded."
     )
     return 1 if not_recorded else 0
 
@@ -178,7 +208,7 @@ def _feedback(args: argparse.Namespace) -> int:
     from grader.report import write_feedback
 
     course = _graded_course(args.course)
-    folder, problems = write_feedback(course, _students(args.course))
+    folder, problems = write_feedback(course, _students(args.course), args.jobs, progress=True)
     for problem in problems:
         print(problem)
     print("Feedback written to", folder)
@@ -189,7 +219,17 @@ def _export(args: argparse.Namespace) -> int:
     from grader.report import write_csv
 
     course = _graded_course(args.course)
-    print("Grades written to", write_csv(course, _students(args.course), args.csv))
+    print("Grades written to", write_csv(course, args.csv))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from grader.class_report import write_reports
+
+    course = _graded_course(args.course)
+    pages = write_reports(course, _students(args.course), args.out or args.course / "reports")
+    for page in pages:
+        print("Report:", page)
     return 0
 
 
@@ -218,8 +258,8 @@ def _demo(args: argparse.Namespace) -> int:
     for student in students:
         print(f"  {student}: {PROFILES[student].description}")
     print()
-    print("Grades CSV:  ", write_csv(course, students, out / "grades.csv"))
-    folder, problems = write_feedback(course, students)
+    print("Grades CSV:  ", write_csv(course, out / "grades.csv"))
+    folder, problems = write_feedback(course, students, args.jobs, progress=True)
     for problem in problems:
         print(problem)
     print("Feedback:    ", folder)
@@ -262,7 +302,7 @@ _seconds = _number(float, lambda v: 0 < v < math.inf, "a number of seconds above
 def _grading_options(timeout: float) -> argparse.ArgumentParser:
     """The options of every command that grades; each command gets its own copy, so one
     command's default never becomes another's (argparse shares a parent's option objects)."""
-    grading = argparse.ArgumentParser(add_help=False)
+    grading = argparse.ArgumentParser(add_help=False, parents=[_source_option()])
     grading.add_argument(
         "--jobs", type=_jobs, default=None, help="parallel jobs (default: one per core)"
     )
@@ -277,21 +317,37 @@ def _grading_options(timeout: float) -> argparse.ArgumentParser:
         action="store_true",
         help="run student code without bubblewrap (only for code you trust)",
     )
-    grading.add_argument(
+    return grading
+
+
+def _source_option() -> argparse.ArgumentParser:
+    source = argparse.ArgumentParser(add_help=False)
+    source.add_argument(
         "--source",
         type=Path,
         metavar="PATH",
         default=None,
         help="the course's source notebooks, <assignment>/<assignment>.ipynb with solutions and "
-        "hidden tests (default: solutions/ of the checkout this grader runs from; an installed "
-        "grader holds none)",
+        "hidden tests (default: the course folder's source/ if it has one, else solutions/ of "
+        "the checkout this grader runs from; an installed grader holds none)",
     )
-    return grading
+    return source
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grader", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+
+    init = commands.add_parser(
+        "init",
+        parents=[_source_option()],
+        help="make a new nbgrader course folder for this course",
+        description="COURSE gets source/ (the solution notebooks with their hidden tests) and "
+        "an nbgrader_config.py under which every nbgrader command run there (formgrader "
+        "included) uses one gradebook and grades through the course's sandboxed checks.",
+    )
+    init.add_argument("course", type=Path, metavar="COURSE", help="the folder to create")
+    init.set_defaults(run=_init)
 
     release = commands.add_parser("release", help="regenerate notebooks/ from solutions/")
     release.add_argument(
@@ -315,7 +371,13 @@ def build_parser() -> argparse.ArgumentParser:
         "skips submissions already graded and unchanged; a broken notebook is reported for its "
         "student and the batch goes on.",
     )
-    autograde.add_argument("submissions", type=Path)
+    autograde.add_argument(
+        "submissions",
+        type=Path,
+        nargs="?",
+        help="<student>/<assignment>/<assignment>.ipynb; read, never written (default: the "
+        "course's own submitted/, where `nbgrader collect` puts them)",
+    )
     autograde.add_argument(
         "--seed", type=_seed, default=None, help="fix the hidden inputs (default: random)"
     )
@@ -336,14 +398,49 @@ def build_parser() -> argparse.ArgumentParser:
     )
     autograde.set_defaults(run=_autograde)
 
-    feedback = commands.add_parser("feedback", parents=[course], help="HTML feedback per student")
+    feedback = commands.add_parser(
+        "feedback",
+        parents=[course],
+        help="HTML feedback per student × graded notebook",
+        description="nbgrader's feedback pages (feedback/<student>/<assignment>/, what "
+        "`nbgrader release_feedback` releases), hidden tests removed, rendered from the "
+        "recorded grades, a TA's included; a page whose notebook and grades are unchanged "
+        "since it was written is kept.",
+    )
+    feedback.add_argument(
+        "--jobs", type=_jobs, default=None, help="parallel jobs (default: one per core)"
+    )
     feedback.set_defaults(run=_feedback)
 
-    export = commands.add_parser("export", parents=[course], help="a grades CSV an LMS can import")
+    export = commands.add_parser(
+        "export",
+        parents=[course],
+        help="a grades CSV an LMS can import",
+        description="One row per student of nbgrader's roster (student_id, last_name, "
+        "first_name, email), one column per assignment headed with its points, e.g. "
+        "'01_layer_norm (19 pts)', and the total; an assignment not handed in scores 0. The "
+        "same as `nbgrader export --exporter grader.lms.LmsCsvExport`.",
+    )
     export.add_argument(
         "--csv", type=Path, default=Path("grades.csv"), help="where to write (default: %(default)s)"
     )
     export.set_defaults(run=_export)
+
+    report = commands.add_parser(
+        "report",
+        parents=[course],
+        help="the instructor's report: an HTML page per assignment",
+        description="Per assignment handed in: the class's score distribution, each "
+        "exercise's mean and difficulty, and the mistakes the checks diagnosed most often in "
+        "each exercise, with counts.",
+    )
+    report.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="where the pages go (default: the course's reports/)",
+    )
+    report.set_defaults(run=_report)
 
     demo = commands.add_parser(
         "demo",

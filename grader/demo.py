@@ -151,7 +151,7 @@ def _mistake(
 PROFILES: dict[str, Profile] = {
     "ada": Profile("correct everywhere", _solution, _full),
     "ben": Profile("hands in the untouched release", _release, _zero),
-    "cyd": Profile("submits nothing (missing notebooks)", lambda a: None, _zero),
+    "cyd": Profile("hands in empty folders (missing notebooks)", lambda a: None, _zero),
     "dee": Profile("a file that is not JSON", lambda a: '{"cells": [', _zero),
     "eli": Profile(
         "renamed the first graded function",
@@ -230,11 +230,10 @@ def write_class(target: Path, profiles: dict[str, Profile] = PROFILES) -> Path:
     for student, profile in profiles.items():
         for a in assignments():
             made = profile.build(a)
-            if made is None:
-                (target / student).mkdir(parents=True, exist_ok=True)
-                continue
             path = target / student / a / f"{a}.ipynb"
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)  # handed in, notebook or not
+            if made is None:
+                continue
             if isinstance(made, str):
                 path.write_text(made)
             else:

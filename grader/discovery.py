@@ -59,10 +59,11 @@ def layout_problem(submissions: Path, course: Path) -> str:
             f"the course folder {outer} has pattern characters ({PATTERN_CHARACTERS}), which "
             "nbgrader matches as a glob: give another --course"
         )
-    if inner.is_relative_to(outer) or outer.is_relative_to(inner):
+    nbgraders_own = inner == outer / "submitted"  # read, never written: see autograde.Course
+    if not nbgraders_own and (inner.is_relative_to(outer) or outer.is_relative_to(inner)):
         return (
             f"{submissions} and the course folder {course} must not contain one another "
-            "(the course keeps its own copy of each submission); give another --course"
+            "(unless it is the course's own submitted/); give another --course"
         )
     folders = [p for p in submissions.iterdir() if p.is_dir() and not is_litter(p.name)]
     named_as_assignment = sorted(p for p in folders if p.name in assignments())

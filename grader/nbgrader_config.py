@@ -1,6 +1,21 @@
-"""Configuration for plain `nbgrader` commands run from this folder (e.g. `nbgrader formgrader`)."""
+"""nbgrader's configuration of a course folder, copied there by `grader init COURSE`.
 
-from grader.config import course_config
+The folder holding this file is the course: nbgrader's source/, release/, submitted/,
+autograded/ and feedback/, and one gradebook.db, the same for every nbgrader command run in it
+(generate_assignment, release_assignment, collect, zip_collect, autograde, generate_feedback,
+release_feedback, export, formgrader in JupyterLab started here) and for `grader autograde
+--course COURSE`. nbgrader's `autograde` grades through the course's sandboxed checks.
+"""
 
+from pathlib import Path
+
+from grader.autograde import Course
+from grader.config import use_source, use_this_environment
+
+use_this_environment()  # nbgrader runs `alembic` by name: this environment's, unactivated
+course = Path(__file__).resolve().parent
+use_source(course / "source")  # the answer key: this course's own source notebooks
 c = get_config()  # noqa: F821 (injected by traitlets)
-c.merge(course_config())
+c.merge(Course(course).config())
+# Where students fetch and submit (nbgrader's default: /srv/nbgrader/exchange):
+# c.Exchange.root = "/srv/nbgrader/exchange"

@@ -1,9 +1,12 @@
-"""Our steps inside nbgrader's own pipelines (configured in `grader.autograde`).
+"""Our steps inside nbgrader's own pipelines (configured by `grader.autograde.Course.config`).
 
 `InjectResults` takes the place of nbgrader's `Execute` in autograde: instead of running the
 student's notebook in a kernel, it writes into each test cell the outputs the trusted grader
 computed (the feedback text and the partial score), so `SaveAutoGrades`, formgrader, feedback
-and export work unchanged. No student code runs in this step.
+and export work unchanged. No student code runs in nbgrader's process: when nbgrader's own
+`autograde` (or formgrader's Autograde button) records a notebook the course has no result for,
+or whose result was graded from other bytes, the notebook is graded first, in the sandbox, by
+the same checks as `grader autograde`.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from pathlib import Path
 from nbformat.notebooknode import NotebookNode
 from nbformat.v4 import new_output
 from nbgrader.preprocessors import NbGraderPreprocessor
-from traitlets import Unicode
+from traitlets import Bool, Unicode
 
 TEST_SUFFIX = "_tests"
 
@@ -30,9 +33,17 @@ def _is_test_cell(cell: NotebookNode) -> bool:
 
 class InjectResults(NbGraderPreprocessor):
     results_dir = Unicode(help="Folder of <student>/<assignment>.json results").tag(config=True)
+    submissions_dir = Unicode(
+        help="nbgrader's submitted/ folder: <student>/<assignment>/<assignment>.ipynb"
+    ).tag(config=True)
+    graded_now = Bool(
+        False, help="The results were just graded from the very notebook being recorded"
+    ).tag(config=True)
 
     def preprocess(self, nb: NotebookNode, resources: dict):
         info = resources["nbgrader"]
+        if not self.graded_now:
+            self._grade_unless_current(info["student"], info["assignment"])
         path = results_path(Path(self.results_dir), info["student"], info["assignment"])
         results = {r["name"]: r for r in json.loads(path.read_text())["exercises"]}
         for cell in nb.cells:
@@ -56,3 +67,11 @@ class InjectResults(NbGraderPreprocessor):
                 ),
             ]
         return nb, resources
+
+    def _grade_unless_current(self, student: str, assignment: str) -> None:
+        """Grade the submitted notebook in the sandbox unless its stored result was graded
+        from these very bytes (and this answer key)."""
+        from grader.autograde import grade_submission  # autograde configures this step
+
+        submission = Path(self.submissions_dir) / student / assignment / f"{assignment}.ipynb"
+        grade_submission(Path(self.results_dir).parent, student, assignment, submission)

@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
-import csv
+import functools
+import hashlib
+import json
+import os
 import re
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 
+import nbformat
+import nbgrader
+from jinja2 import pass_context
+from jupyter_core.paths import jupyter_config_dir
+from nbconvert.exporters import HTMLExporter, TemplateExporter
+from nbconvert.filters.highlight import Highlight2HTML
+from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+from nbformat import NotebookNode
 from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.preprocessors import ClearHiddenTests
+from traitlets.config import Config
 
-from grader.autograde import Course
+from grader.autograde import EXCHANGE_FILES, Course
 from grader.config import assignments
+from grader.lms import LmsCsvExport
 
 HIDDEN_REGION = re.compile(r"BEGIN HIDDEN TESTS|END HIDDEN TESTS|grade\(")
 
@@ -34,33 +52,205 @@ def max_scores(course: Course) -> dict[str, float]:
         return {a: gradebook.find_assignment(a).max_score for a in assignments()}
 
 
-def write_csv(course: Course, students: list[str], path: Path) -> Path:
-    """One row per student: id, a column per notebook, and the total."""
-    table = scores(course, students)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["student_id", *assignments(), "total"])
-        for student, row in table.items():
-            values = [row[a] for a in assignments()]
-            writer.writerow([student, *(f"{v:g}" for v in values), f"{sum(values):g}"])
+def write_csv(course: Course, path: Path, students: list[str] = ()) -> Path:
+    """The gradebook as an LMS imports it (`grader.lms.LmsCsvExport`): every student of the
+    roster, or only `students`."""
+    with Gradebook(course.api().coursedir.db_url) as gradebook:
+        LmsCsvExport(to=str(path), student=list(students)).export(gradebook)
     return path
 
 
-def write_feedback(course: Course, students: list[str]) -> tuple[Path, list[str]]:
-    """nbgrader's HTML feedback per student × notebook, with the hidden-test region removed.
-    Returns the folder and, in plain words, each student whose feedback could not be made."""
-    api = course.api()
+@dataclass(frozen=True)
+class Page:
+    """One student × notebook's feedback: the autograded notebook and its grades, as recorded."""
+
+    student: str
+    assignment: str
+    notebook: Path  # autograded/<student>/<assignment>/<assignment>.ipynb
+    folder: Path  # feedback/<student>/<assignment>/
+    grades: dict[str, tuple[float, float]]  # grade_id -> (score, points): auto or a TA's
+    comments: dict[str, str]
+    score: float
+    max_score: float
+    late_penalty: float
+
+    def digest(self) -> str:
+        """What the page is made from: when it is unchanged, so is the page."""
+        made_of = json.dumps([sorted(self.grades.items()), sorted(self.comments.items())])
+        made_of += f"{self.score} {self.max_score} {self.late_penalty}"
+        return hashlib.sha256(self.notebook.read_bytes() + made_of.encode()).hexdigest()
+
+    @property
+    def stamp(self) -> Path:
+        return self.folder / f".{self.assignment}.sha256"
+
+
+def feedback_pages(course: Course, students: list[str]) -> list[Page]:
+    """Every student × notebook that was autograded, with its grades, read in one gradebook
+    session (an assignment never graded has nothing to give feedback on)."""
+    pages = []
+    with Gradebook(course.api().coursedir.db_url) as gradebook:
+        for assignment in assignments():
+            for student in students:
+                notebook = course.root / "autograded" / student / assignment / f"{assignment}.ipynb"
+                if not notebook.is_file():
+                    continue
+                try:
+                    record = gradebook.find_submission_notebook(assignment, assignment, student)
+                except MissingEntry:
+                    continue
+                pages.append(
+                    Page(
+                        student,
+                        assignment,
+                        notebook,
+                        course.root / "feedback" / student / assignment,
+                        {g.name: (g.score, g.max_score) for g in record.grades},
+                        {c.name: c.comment or "" for c in record.comments},
+                        record.score,
+                        record.max_score,
+                        record.late_submission_penalty or 0.0,
+                    )
+                )
+    return pages
+
+
+def write_feedback(
+    course: Course, students: list[str], jobs: int | None = None, progress: bool = False
+) -> tuple[Path, list[str]]:
+    """nbgrader's HTML feedback page per student × notebook, hidden tests removed, rendered
+    from the recorded grades in `jobs` processes; a page whose notebook and grades are unchanged
+    since it was written is kept. Returns the folder and, in plain words, each page that could
+    not be made."""
+    pages = [p for p in feedback_pages(course, students) if not _current(p)]
     problems = []
-    for assignment in assignments():
-        for student in students:
-            if not (course.root / "autograded" / student / assignment).is_dir():
-                continue  # never graded: nothing to give feedback on
-            result = api.generate_feedback(assignment, student, force=True)
-            if not result["success"]:
-                tail = (result.get("error") or "").strip().splitlines()[-1:]
-                problems.append(f"{student}: no feedback for {assignment} ({' '.join(tail)})")
+    bar = _PagesProgress(len(pages)) if progress else None
+    with ProcessPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        futures = {pool.submit(render_page, page): page for page in pages}
+        for future in as_completed(futures):
+            page = futures[future]
+            try:
+                future.result()
+            except Exception as error:  # one page never stops the others
+                problems.append(f"{page.student}: no feedback for {page.assignment} ({error})")
+            if bar:
+                bar.advance(f"{page.student}/{page.assignment}")
     return course.root / "feedback", problems
+
+
+def _current(page: Page) -> bool:
+    return page.stamp.is_file() and page.stamp.read_text() == page.digest()
+
+
+class _PagesProgress:
+    def __init__(self, total: int, stream=sys.stderr):
+        self.total, self.done, self.stream = total, 0, stream
+
+    def advance(self, label: str) -> None:
+        self.done += 1
+        end = "\r" if self.stream.isatty() and self.done < self.total else "\n"
+        line = f"feedback {self.done}/{self.total} pages ({label})"
+        print(line.ljust(80), end=end, file=self.stream, flush=True)
+
+
+NO_ALT = re.compile(r"<img(?![^>]*\balt=)")
+MISSING_ALT = '<img alt="No description has been provided for this image"'
+
+
+class FeedbackExporter(HTMLExporter):
+    """nbgrader's feedback exporter (configured as its `generate_feedback` configures it), less
+    two costs per page that do not change what the student reads: code highlighting and
+    markdown rendering are memoized (an assignment's cells are mostly the same for every
+    student), and the page is not re-parsed with BeautifulSoup, whose only change to the
+    classic feedback template is alt text on images, added here."""
+
+    def __init__(self) -> None:
+        formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
+        config = Config()
+        config.HTMLExporter.template_name = "feedback"
+        config.HTMLExporter.extra_template_basedirs = [str(formgrader / "templates")]
+        bootstrap = formgrader / "static" / "node_modules" / "bootstrap" / "dist" / "css"
+        config.HTMLExporter.extra_template_paths = [str(bootstrap)]
+        super().__init__(config=config)
+        self._markdown = functools.lru_cache(maxsize=4096)(self._markdown_of)
+
+    def from_notebook_node(self, nb: NotebookNode, resources: dict | None = None, **kw):
+        language = nb.metadata.get("language_info", {})
+        lexer = language.get("pygments_lexer", language.get("name", None))
+        resources = self._init_resources(resources)
+        self.register_filter("highlight_code", _highlighter(lexer))
+        data_types = WidgetsDataTypeFilter(
+            notebook_metadata=self._nb_metadata, parent=self, resources=resources
+        )
+        self.register_filter("filter_data_type", data_types)
+        html, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
+        return NO_ALT.sub(MISSING_ALT, html), resources
+
+    @pass_context
+    def markdown2html(self, context, source: str) -> str:
+        if context.get("cell", {}).get("attachments"):
+            return super().markdown2html(context, source)
+        return self._markdown(source)
+
+    def _markdown_of(self, source: str) -> str:
+        return super().markdown2html({}, source)
+
+
+@functools.cache
+def _highlighter(lexer: str | None):
+    """Highlight2HTML for `lexer`, memoized on the source (a cell whose metadata names another
+    language for its magics is highlighted afresh)."""
+    highlight = Highlight2HTML(pygments_lexer=lexer)
+    memoized = functools.lru_cache(maxsize=4096)(highlight)
+
+    def highlight_code(source: str, language: str | None = None, metadata=None) -> str:
+        if metadata and metadata.get("magics_language"):
+            return highlight(source, language, metadata)
+        return memoized(source, language)
+
+    return highlight_code
+
+
+_exporter: FeedbackExporter | None = None  # one per worker process: its templates load once
+
+
+def _html_exporter() -> FeedbackExporter:
+    global _exporter
+    if _exporter is None:
+        _exporter = FeedbackExporter()
+    return _exporter
+
+
+def render_page(page: Page) -> None:
+    """Write one page, with the files nbgrader's release_feedback reads beside it."""
+    notebook = nbformat.read(page.notebook, as_version=4)
+    info = {"student": page.student, "assignment": page.assignment, "notebook": page.assignment}
+    info |= {"score": page.score - page.late_penalty, "max_score": page.max_score}
+    resources = {"nbgrader": info | {"late_penalty": page.late_penalty}}
+    resources["config_dir"] = jupyter_config_dir()  # custom.css, as nbgrader's pages include it
+    notebook, resources = ClearHiddenTests(enforce_metadata=False).preprocess(notebook, resources)
+    notebook, resources = CSSHTMLHeaderPreprocessor().preprocess(notebook, resources)
+    for cell in notebook.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        grade_id = meta.get("grade_id")
+        if grade_id in page.grades:
+            meta["score"], meta["points"] = page.grades[grade_id]
+        if grade_id in page.comments:
+            meta["comment"] = page.comments[grade_id]
+    html, _ = _html_exporter().from_notebook_node(notebook, resources=resources)
+    page.folder.mkdir(parents=True, exist_ok=True)
+    _replace(page.folder / f"{page.assignment}.html", html.encode())
+    for name in EXCHANGE_FILES:
+        kept = page.notebook.with_name(name)
+        if kept.is_file():
+            _replace(page.folder / name, kept.read_bytes())
+    _replace(page.stamp, page.digest().encode())
+
+
+def _replace(path: Path, data: bytes) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_bytes(data)
+    os.replace(partial, path)
 
 
 def leaks_hidden_tests(html: str) -> bool:

@@ -29,7 +29,9 @@ DEFAULTS = [
     (["autograde", "SUB"], "timeout", DEFAULT_LIMITS.wall_seconds, SECONDS),
     (["autograde", "SUB"], "jobs", None, "one per core"),
     (["autograde", "SUB"], "seed", None, "random"),
-    (["autograde", "SUB"], "source", None, "solutions/ of the checkout"),
+    (["autograde", "SUB"], "source", None, "the course folder's source/ if it has one"),
+    (["autograde"], "submissions", None, "the course's own submitted/"),
+    (["init", "COURSE"], "source", None, "the course folder's source/ if it has one"),
     (["autograde", "SUB"], "unsafe_no_sandbox", False, None),
     (["feedback"], "course", DEFAULT_COURSE, str(DEFAULT_COURSE)),
     (["export"], "course", DEFAULT_COURSE, str(DEFAULT_COURSE)),
@@ -154,11 +156,12 @@ def test_a_course_folder_nbgrader_would_read_as_a_pattern_is_refused(tmp_path, c
     assert not course.exists()
 
 
-def test_submissions_inside_the_course_are_refused_and_left_untouched(tmp_path, capsys):
-    """nbgrader's own layout, course/submitted/<student>/..., given as SUBMISSIONS: grading
-    would overwrite the students' files with the course's working copies."""
-    course = make(tmp_path / "course", f"submitted/ada/{ASSIGNMENT}/{NOTEBOOK}")
-    submissions = course / "submitted"
+def test_submissions_inside_the_course_but_its_submitted_are_refused_and_left_untouched(
+    tmp_path, capsys
+):
+    """Only nbgrader's own submitted/ may lie in the course (tests/test_course.py grades it)."""
+    course = make(tmp_path / "course", f"incoming/ada/{ASSIGNMENT}/{NOTEBOOK}")
+    submissions = course / "incoming"
     before = sorted(course.rglob("*"))
     error = refusal_line(["autograde", str(submissions), "--course", str(course)], capsys)
     assert "must not contain one another" in error
@@ -219,7 +222,8 @@ UNSTORABLE = ["*", "[ab]", "bob ", " bob", "a\nb", "tab\tbed", "back\\slash"]
 
 
 def test_discovery_skips_tool_litter_and_refuses_ids_nbgrader_cannot_store(tmp_path, monkeypatch):
-    submissions = make(tmp_path / "SUB", "notes.txt", *(f"{n}/" for n in ["ada", *LITTER]))
+    handed_in = (f"{n}/{ASSIGNMENT}/" for n in ["ada", *LITTER])
+    submissions = make(tmp_path / "SUB", "notes.txt", "ben/", *handed_in)  # ben: nothing in
     for name in UNSTORABLE:
         (submissions / name).mkdir()
     monkeypatch.chdir(tmp_path)

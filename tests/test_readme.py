@@ -14,10 +14,13 @@ environment.yml uses.
 from __future__ import annotations
 
 import csv
+import html
 import re
 import shlex
 import subprocess
+from pathlib import Path
 
+import nbformat
 import pytest
 
 from grader.cli import build_parser
@@ -26,19 +29,36 @@ from grader.demo import PROFILES, expected_scores, write_class
 from grader.sandbox import available
 
 GRADER = ".venv/bin/grader"
-CHECKED = {"make", "conda", "pytest", GRADER}
+FROM_COURSE = "../.venv/bin/"  # the nbgrader course walk runs in the course folder
+CHECKED = {
+    "make",
+    "conda",
+    "pytest",
+    GRADER,
+    "cd",
+    f"{FROM_COURSE}grader",
+    f"{FROM_COURSE}nbgrader",
+}
 MAKEFILE = (REPO / "Makefile").read_text()
 ENVIRONMENT = (REPO / "environment.yml").read_text()
 
 
-def readme_commands() -> list[list[str]]:
-    """Each line of README's ```bash blocks, split as the shell would, without its comment."""
-    blocks = re.findall(r"^```bash\n(.*?)^```", (REPO / "README.md").read_text(), re.S | re.M)
+def readme_commands(text: str = (REPO / "README.md").read_text()) -> list[list[str]]:
+    """Each line of the ```bash blocks in `text` (README), split as the shell would, without
+    its comment."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", text, re.S | re.M)
     lines = (line for block in blocks for line in block.splitlines())
     return [argv for line in lines if (argv := shlex.split(line, comments=True))]
 
 
+def section(heading: str) -> str:
+    """README's text under `heading`, up to the next heading of any level."""
+    text = (REPO / "README.md").read_text()
+    return re.search(rf"^{re.escape(heading)}\n(.*?)(?=^#)", text, re.S | re.M)[1]
+
+
 COMMANDS = readme_commands()
+WALK = readme_commands(section("### An nbgrader course, end to end"))
 GRADER_COMMANDS = [argv for argv in COMMANDS if argv[0] == GRADER]
 RUN_HERE = [argv for argv in GRADER_COMMANDS if "--help" in argv or argv[1] == "check"]
 INSTRUCTOR = [argv for argv in GRADER_COMMANDS if argv[1] in ("autograde", "feedback", "export")]
@@ -119,4 +139,52 @@ def test_the_instructor_commands_run_as_written_in_order(tmp_path):
     full = sum(
         sum(scores.values()) for scores in expected_scores({"ada": PROFILES["ada"]}).values()
     )
-    assert float(ada["total"]) == full > 0
+    (total,) = (column for column in ada if column.startswith("total ("))
+    assert float(ada[total]) == full > 0
+
+
+DIAGNOSED = "unbiased estimator"  # how the checks name ivy's mistake (grader.demo)
+
+
+def nbgrader_as(student: str, *argv: str, cwd: Path, exchange: Path) -> None:
+    """A student's nbgrader command (fetch, submit, fetch_feedback) in their own folder."""
+    options = ["--course", "normalization-course", f"--student={student}"]
+    options.append(f"--Exchange.root={exchange}")
+    nbgrader = str(REPO / ".venv" / "bin" / "nbgrader")
+    done = subprocess.run([nbgrader, *argv, *options], cwd=cwd, capture_output=True, text=True)
+    assert done.returncode == 0, (argv, done.stderr)
+
+
+@NO_VENV
+@pytest.mark.skipif(not available(), reason="bubblewrap is not installed: autograde refuses")
+def test_the_nbgrader_course_walk_runs_as_written_in_order(tmp_path):
+    """Each command of the walk as written, in its folder; in between, what the instructor
+    does by hand (set the exchange) and what a student does (fetch, answer, submit)."""
+    (tmp_path / ".venv").symlink_to(REPO / ".venv")
+    exchange, ada = tmp_path / "exchange", tmp_path / "ada"
+    exchange.mkdir()
+    ada.mkdir()
+    assignment = assignments()[0]
+    cwd = tmp_path
+    for argv in WALK:
+        if argv[0] == "cd":
+            cwd = cwd / argv[1]
+            with (cwd / "nbgrader_config.py").open("a") as config:  # as README asks
+                config.write(f"c.Exchange.root = {str(exchange)!r}\n")
+            continue
+        if argv[1] == "collect":
+            nbgrader_as("ada", "fetch_assignment", assignment, cwd=ada, exchange=exchange)
+            answered = ada / assignment / f"{assignment}.ipynb"
+            nbformat.write(PROFILES["ivy"].build(assignment), answered)  # a classic mistake
+            nbgrader_as("ada", "submit", assignment, cwd=ada, exchange=exchange)
+        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, (argv, done.stdout, done.stderr)
+    nbgrader_as("ada", "fetch_feedback", assignment, cwd=ada, exchange=exchange)
+    (page,) = (ada / assignment / "feedback").rglob(f"{assignment}.html")
+    assert DIAGNOSED in html.unescape(page.read_text())
+    (row,) = csv.DictReader((cwd / "grades.csv").open())
+    score = sum(expected_scores({"ivy": PROFILES["ivy"]})[("ivy", assignment)].values())
+    assert row["student_id"] == "ada"
+    assert [float(v) for k, v in row.items() if k.startswith(f"{assignment} (")] == [score]
+    report = html.unescape((cwd / "reports" / f"{assignment}.html").read_text())
+    assert re.search(rf"<li>1 × [^<]*{DIAGNOSED}", report)

@@ -1,0 +1,166 @@
+"""The instructor's report: one HTML page per assignment on what the class got right and wrong.
+
+Read from what grading recorded: the gradebook's notebook scores (a TA's grades included) for the
+class's distribution, and each student's results (`results/<student>/<assignment>.json`) for
+each exercise's scores and the mistakes the checks diagnosed in it. The plots are matplotlib
+PNGs embedded in the page, so it is one file to send or open anywhere.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from matplotlib.figure import Figure  # no pyplot: no display backend, no global state
+from nbgrader.api import Gradebook, MissingEntry
+
+from grader.autograde import UNJUDGED, Course
+from grader.config import assignments
+from grader.nbgrader_steps import results_path
+
+DIAGNOSIS = "  → "  # how a check's feedback names a recognized mistake (checks.core.Verdict)
+TOP_MISTAKES = 5
+
+
+@dataclass
+class ExerciseStats:
+    """One exercise across the class: its scores and the mistakes diagnosed, with counts."""
+
+    name: str
+    points: float = 0.0
+    scores: list[float] = field(default_factory=list)
+    mistakes: Counter = field(default_factory=Counter)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.scores) if self.scores else 0.0
+
+    @property
+    def difficulty(self) -> float:
+        """The share of the points the class missed: 0 when everyone earned them all."""
+        return 1 - self.mean / self.points if self.points else 0.0
+
+
+def exercise_stats(course: Course, assignment: str, students: list[str]) -> list[ExerciseStats]:
+    """Each exercise of `assignment`, over the students with a recorded result."""
+    found: dict[str, ExerciseStats] = {}
+    for student in students:
+        path = results_path(course.results, student, assignment)
+        if not path.is_file():
+            continue
+        for exercise in json.loads(path.read_text())["exercises"]:
+            stats = found.setdefault(exercise["name"], ExerciseStats(exercise["name"]))
+            stats.points = exercise["max_score"]
+            stats.scores.append(exercise["score"])
+            stats.mistakes.update(mistakes_in(exercise))
+    return list(found.values())
+
+
+def mistakes_in(exercise: dict) -> list[str]:
+    """The mistakes diagnosed in one result, or why it could not be judged."""
+    if exercise.get("cause"):
+        return [UNJUDGED[exercise["cause"]]]
+    lines = exercise["feedback"].splitlines()
+    return [line.removeprefix(DIAGNOSIS) for line in lines if line.startswith(DIAGNOSIS)]
+
+
+def notebook_scores(course: Course, assignment: str, students: list[str]) -> tuple[list, float]:
+    """The recorded score of each student who handed `assignment` in, and its points."""
+    scores = []
+    with Gradebook(course.api().coursedir.db_url) as gradebook:
+        points = gradebook.find_assignment(assignment).max_score
+        for student in students:
+            try:
+                scores.append(gradebook.find_submission(assignment, student).score)
+            except MissingEntry:
+                continue
+    return scores, points
+
+
+def write_reports(course: Course, students: list[str], folder: Path) -> list[Path]:
+    """One page per assignment someone handed in, in `folder`; returns the pages written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for assignment in assignments():
+        scores, points = notebook_scores(course, assignment, students)
+        if not scores:
+            continue
+        page = folder / f"{assignment}.html"
+        stats = exercise_stats(course, assignment, students)
+        page.write_text(render(assignment, scores, points, stats))
+        written.append(page)
+    return written
+
+
+def render(assignment: str, scores: list[float], points: float, stats: list) -> str:
+    title = f"{assignment}: what the class got right and wrong"
+    median = statistics.median(scores)
+    summary = (
+        f"{len(scores)} students graded; mean {statistics.fmean(scores):.1f}, "
+        f"median {median:g} of {points:g} points."
+    )
+    rows = "".join(
+        f"<tr><td>{html.escape(s.name)}</td><td>{s.points:g}</td><td>{s.mean:.2f}</td>"
+        f"<td>{s.difficulty:.0%}</td></tr>"
+        for s in stats
+    )
+    mistakes = "".join(_mistakes_section(s) for s in stats)
+    return f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>body{{font-family:sans-serif;max-width:60em;margin:auto}}
+table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.2em .6em}}</style>
+</head><body>
+<h1>{html.escape(title)}</h1>
+<p>{summary}</p>
+<h2>Score distribution</h2>
+{_image(_histogram(scores, points))}
+<h2>Exercises</h2>
+<p>Difficulty: the share of the exercise's points the class missed (0% when everyone earned
+them all).</p>
+<table><tr><th>exercise</th><th>points</th><th>mean</th><th>difficulty</th></tr>{rows}</table>
+{_image(_difficulty_chart(stats))}
+<h2>Most frequent mistakes, as diagnosed</h2>
+{mistakes}
+</body></html>
+"""
+
+
+def _mistakes_section(stats: ExerciseStats) -> str:
+    top = stats.mistakes.most_common(TOP_MISTAKES)
+    if not top:
+        return f"<h3>{html.escape(stats.name)}</h3><p>No mistake diagnosed.</p>"
+    items = "".join(f"<li>{count} × {html.escape(text)}</li>" for text, count in top)
+    return f"<h3>{html.escape(stats.name)}</h3><ul>{items}</ul>"
+
+
+def _histogram(scores: list[float], points: float) -> Figure:
+    figure = Figure(figsize=(6, 3))
+    axes = figure.subplots()
+    axes.hist(scores, bins=min(20, max(int(points), 1)), range=(0, points), color="#4c72b0")
+    axes.set_xlabel("score")
+    axes.set_ylabel("students")
+    return figure
+
+
+def _difficulty_chart(stats: list[ExerciseStats]) -> Figure:
+    figure = Figure(figsize=(6, 0.5 + 0.4 * len(stats)))
+    axes = figure.subplots()
+    axes.barh([s.name for s in stats], [s.difficulty for s in stats], color="#dd8452")
+    axes.set_xlim(0, 1)
+    axes.invert_yaxis()
+    axes.set_xlabel("difficulty (share of points missed)")
+    return figure
+
+
+def _image(figure: Figure) -> str:
+    buffer = io.BytesIO()
+    figure.tight_layout()
+    figure.savefig(buffer, format="png", dpi=80)
+    encoded = base64.b64encode(buffer.getvalue()).decode()
+    return f'<img alt="plot" src="data:image/png;base64,{encoded}">'

@@ -1,0 +1,129 @@
+"""nbgrader plugins for what a learning management system (LMS) gives and takes.
+
+- `LmsCsvExport`, an export plugin: ``nbgrader export --exporter grader.lms.LmsCsvExport
+  [--to grades.csv]`` writes the gradebook as an LMS imports it (`grader export` uses it).
+- `ResubmissionCollector`, a zip_collect plugin: ``nbgrader zip_collect ASSIGNMENT
+  --collector grader.lms.ResubmissionCollector`` reads the file names of an LMS's submission
+  download, where a resubmitted notebook is renamed ``01_layer_norm-1.ipynb``,
+  ``01_layer_norm-2.ipynb``...: the latest one is the student's submission, and the log says
+  which it took over which.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+from pathlib import Path
+
+from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.plugins import ExportPlugin, FileNameCollectorPlugin
+from traitlets import Unicode
+
+ID_COLUMNS = ["student_id", "last_name", "first_name", "email"]
+
+
+def points_header(name: str, points: float) -> str:
+    """An assignment's column, headed with its points as LMS imports read them."""
+    return f"{name} ({points:g} pts)"
+
+
+class LmsCsvExport(ExportPlugin):
+    """One row per student of nbgrader's roster (the gradebook's students, `nbgrader db student
+    import` included), in id order: id, last name, first name, email, one column per assignment
+    headed ``<assignment> (<points> pts)`` holding the score after nbgrader's late penalty, and
+    the total. An assignment a student did not hand in scores 0, as in nbgrader's own CSV."""
+
+    def export(self, gradebook: Gradebook) -> None:
+        dest = Path(self.to or "grades.csv")
+        assignments = [a for a in gradebook.assignments if _chosen(a.name, self.assignment)]
+        students = sorted(
+            (s for s in gradebook.students if _chosen(s.id, self.student)), key=lambda s: s.id
+        )
+        total = sum(a.max_score for a in assignments)
+        header = [*ID_COLUMNS, *(points_header(a.name, a.max_score) for a in assignments)]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with dest.open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow([*header, points_header("total", total)])
+            for student in students:
+                scores = [_score(gradebook, a.name, student.id) for a in assignments]
+                names = [student.last_name or "", student.first_name or "", student.email or ""]
+                writer.writerow([student.id, *names, *map(_number, scores), _number(sum(scores))])
+        self.log.info("Exported %d students to %s", len(students), dest)
+
+
+def _chosen(name: str, only: list) -> bool:
+    return not only or name in [str(o) for o in only]
+
+
+def _score(gradebook: Gradebook, assignment: str, student: str) -> float:
+    try:
+        submission = gradebook.find_submission(assignment, student)
+    except MissingEntry:
+        return 0.0
+    return max(0.0, submission.score - (submission.late_submission_penalty or 0.0))
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"
+
+
+RESUBMISSION = re.compile(r"^(?P<stem>.+)-(?P<attempt>\d+)$")
+
+
+def attempt(file_id: str) -> tuple[str, int]:
+    """`01_layer_norm-2.ipynb` -> ("01_layer_norm.ipynb", 2); a first submission is attempt 0."""
+    stem, extension = os.path.splitext(file_id)
+    found = RESUBMISSION.match(stem)
+    if not found:
+        return file_id, 0
+    return found["stem"] + extension, int(found["attempt"])
+
+
+class ResubmissionCollector(FileNameCollectorPlugin):
+    """nbgrader's file-name collector, with an LMS's resubmission suffix understood: of one
+    student's files with the same name but for the suffix, the highest attempt is collected
+    under the released name and the others are skipped, each named in the log."""
+
+    named_regexp = Unicode(
+        r".*/[^/_]+_(?:LATE_)?(?P<student_id>[^_/]+)_\d+_(?P<file_id>[^/]+)$",
+        help="As nbgrader's FileNameCollectorPlugin; the default reads an LMS download's "
+        "`<name>_[LATE_]<student id>_<submission id>_<file name>`",
+    ).tag(config=True)
+
+    def collect(self, submitted_file: str) -> dict | None:
+        info = super().collect(submitted_file)
+        if not info:
+            return info
+        released, number = attempt(info["file_id"])
+        newer = self._newer_attempt(submitted_file, info["student_id"], released, number)
+        if newer:
+            self.log.warning(
+                "Skipped %s: %s is a later resubmission of %s by %s",
+                submitted_file,
+                newer,
+                released,
+                info["student_id"],
+            )
+            return None
+        if number:
+            self.log.warning(
+                "Collected %s as %s: resubmission %d, the latest of %s by %s",
+                submitted_file,
+                released,
+                number,
+                released,
+                info["student_id"],
+            )
+        return {**info, "file_id": released}
+
+    def _newer_attempt(self, path: str, student: str, released: str, number: int) -> str:
+        """A file beside `path` holding a later attempt of the same student's notebook."""
+        for sibling in sorted(Path(path).parent.iterdir()):
+            found = super().collect(str(sibling))
+            if found and found["student_id"] == student:
+                other, later = attempt(found["file_id"])
+                if other == released and later > number:
+                    return str(sibling)
+        return ""

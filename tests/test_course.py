@@ -1,0 +1,235 @@
+"""A course folder made by `grader init`, run as nbgrader's own workflow: release, fetch,
+submit and collect through an exchange, `grader autograde` into the same gradebook nbgrader's
+commands read, and those commands still working after it (collect, autograde, feedback)."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbgrader.api import Gradebook, MissingEntry
+
+from grader.autograde import Course
+from grader.cli import main
+from grader.config import assignments
+from grader.demo import PROFILES, expected_scores
+from grader.lms import points_header
+from grader.nbgrader_steps import TEST_SUFFIX
+from grader.report import write_feedback
+from grader.sandbox import available
+
+FIRST, SECOND = assignments()[:2]
+COURSE_ID = "normalization-course"
+BIN = Path(sys.executable).parent
+
+
+def nbgrader(*argv: str, cwd: Path, exchange: Path, user: str = "") -> str:
+    """One nbgrader command as typed in `cwd` (a student's when `user` is given); its log."""
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    # As the student `user` would (nbgrader's exchange otherwise names them by their login)
+    student = ["--course", COURSE_ID, f"--student={user}"] if user else []
+    done = subprocess.run(
+        [str(BIN / "nbgrader"), *argv, *student, f"--Exchange.root={exchange}"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, (argv, done.stdout, done.stderr)
+    return done.stdout + done.stderr
+
+
+def hand_in(root: Path, exchange: Path, student: str, assignment: str, profile: str) -> None:
+    """`student` fetches `assignment`, answers it as the sample student `profile`, submits."""
+    home = root / student
+    home.mkdir(exist_ok=True)
+    nbgrader("fetch_assignment", assignment, cwd=home, exchange=exchange, user=student)
+    notebook = PROFILES[profile].build(assignment)
+    nbformat.write(notebook, home / assignment / f"{assignment}.ipynb")
+    nbgrader("submit", assignment, cwd=home, exchange=exchange, user=student)
+
+
+def tree(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def autograde(course: Path, *options: str) -> tuple[int, str]:
+    argv = ["autograde", "--course", str(course), "--jobs", "2", "--seed", "1", *options]
+    done = subprocess.run(
+        [sys.executable, "-m", "grader", *argv, "--unsafe-no-sandbox"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def cycle(tmp_path_factory):
+    """`grader init`, one assignment released, handed in by ada (right) and ben (untouched),
+    collected, and graded by `grader autograde` from the course's own submitted/."""
+    root = tmp_path_factory.mktemp("nbgrader-course")
+    exchange = root / "exchange"
+    exchange.mkdir(mode=0o777)
+    course = root / "course"
+    assert main(["init", str(course)]) == 0
+    for assignment in (FIRST, SECOND):
+        nbgrader("generate_assignment", assignment, cwd=course, exchange=exchange)
+    nbgrader("release_assignment", FIRST, cwd=course, exchange=exchange)
+    hand_in(root, exchange, "ada", FIRST, "ada")
+    hand_in(root, exchange, "ben", FIRST, "ben")
+    nbgrader("collect", FIRST, cwd=course, exchange=exchange)
+    before = tree(course / "submitted")
+    status, output = autograde(course)
+    return root, exchange, course, before, status, output
+
+
+def score(course: Path, student: str, assignment: str) -> float:
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        return gradebook.find_submission(assignment, student).score
+
+
+def cell_scores(course: Path, student: str, assignment: str) -> dict[str, float]:
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        notebook = gradebook.find_submission_notebook(assignment, assignment, student)
+        return {g.name.removesuffix(TEST_SUFFIX): g.score for g in notebook.grades}
+
+
+def test_init_refuses_a_folder_that_is_not_empty(tmp_path, capsys):
+    (tmp_path / "course").mkdir()
+    (tmp_path / "course" / "notes.txt").write_text("mine")
+    assert main(["init", str(tmp_path / "course")]) == 2
+    assert "already exists and is not an empty folder" in capsys.readouterr().err
+    assert [p.name for p in (tmp_path / "course").iterdir()] == ["notes.txt"]
+
+
+def test_autograde_grades_what_was_handed_in_and_writes_nothing_into_submitted(cycle):
+    _, _, course, before, status, output = cycle
+    assert status == 0, output
+    assert tree(course / "submitted") == before
+    assert score(course, "ada", FIRST) == sum(expected_scores()[("ada", FIRST)].values())
+    assert score(course, "ben", FIRST) == 0
+    assert f"ada  {', '.join(assignments()[1:])}" in output  # what it skipped, and said so
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as book, pytest.raises(MissingEntry):
+        book.find_submission(SECOND, "ada")
+
+
+def test_nbgraders_collect_of_a_later_assignment_works_after_grading(cycle):
+    root, exchange, course, *_ = cycle
+    nbgrader("release_assignment", SECOND, cwd=course, exchange=exchange)
+    hand_in(root, exchange, "ada", SECOND, "ada")
+    log = nbgrader("collect", SECOND, cwd=course, exchange=exchange)
+    assert "already exists" not in log
+    assert (course / "submitted" / "ada" / SECOND / f"{SECOND}.ipynb").is_file()
+
+
+def test_feedback_is_released_and_fetched_with_nbgraders_commands(cycle):
+    root, exchange, course, *_ = cycle
+    nbgrader("generate_feedback", FIRST, cwd=course, exchange=exchange)
+    nbgrader("release_feedback", FIRST, cwd=course, exchange=exchange)
+    nbgrader("fetch_feedback", FIRST, cwd=root / "ada", exchange=exchange, user="ada")
+    handed_in = (course / "submitted" / "ada" / FIRST / "timestamp.txt").read_text()
+    page = root / "ada" / FIRST / "feedback" / handed_in / f"{FIRST}.html"
+    full = sum(expected_scores()[("ada", FIRST)].values())
+    assert f"Score: {full:.1f} / " in page.read_text()
+
+
+def score_lines(page: Path) -> list[str]:
+    return re.findall(r"Score: [-\d.]+ / [\d.]+", page.read_text())
+
+
+def pages(course: Path) -> dict[Path, int]:
+    """Each feedback page and when it was written."""
+    return {p: p.stat().st_mtime_ns for p in (course / "feedback").rglob("*.html")}
+
+
+def test_grader_feedback_gives_nbgraders_scores_and_renders_only_what_changed(cycle):
+    """After nbgrader's own generate_feedback (the test above): the same scores on every page;
+    a second run writes nothing; a TA's grade re-renders that student's page alone."""
+    _, _, course, *_ = cycle
+    nbgraders = {page: score_lines(page) for page in pages(course)}
+    assert len(nbgraders) == 2  # ada's and ben's first assignment: nothing else was graded
+    problems = write_feedback(Course(course), ["ada", "ben"], jobs=2)[1]
+    assert problems == []
+    assert {page: score_lines(page) for page in pages(course)} == nbgraders
+    written = pages(course)
+    assert write_feedback(Course(course), ["ada", "ben"], jobs=2)[1] == []
+    assert pages(course) == written
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        grade = gradebook.find_submission_notebook(FIRST, FIRST, "ben").grades[0]
+        grade.manual_score = grade.max_score  # as a TA does in formgrader
+        gradebook.db.commit()
+        ta_score = f"Score: {grade.max_score:.1f} / {grade.max_score:.1f}"
+    write_feedback(Course(course), ["ada", "ben"], jobs=2)
+    changed = [page for page, written_at in pages(course).items() if written[page] != written_at]
+    assert [page.parts[-3] for page in changed] == ["ben"]
+    assert ta_score in score_lines(changed[0])
+
+
+def test_zip_collect_takes_an_lms_resubmission_and_says_so(cycle):
+    """An LMS download holding a first attempt and a resubmission (`-1`): the latest wins."""
+    _, exchange, course, *_ = cycle
+    archive = course / "downloaded" / FIRST / "archive"
+    archive.mkdir(parents=True)
+    first, latest = (
+        archive / f"dandy_77_1001_{FIRST}.ipynb",
+        archive / f"dandy_77_1002_{FIRST}-1.ipynb",
+    )
+    nbformat.write(PROFILES["ivy"].build(FIRST), first)
+    nbformat.write(PROFILES["ada"].build(FIRST), latest)
+    collector = "--collector=grader.lms.ResubmissionCollector"
+    log = nbgrader("zip_collect", FIRST, collector, cwd=course, exchange=exchange)
+    assert f"Skipped {course / 'downloaded' / FIRST / 'extracted' / first.name}" in log
+    assert "resubmission 1, the latest" in log
+    collected = course / "submitted" / "77" / FIRST / f"{FIRST}.ipynb"
+    assert collected.read_bytes() == latest.read_bytes()
+    status, output = autograde(course, "--student", "77")
+    assert status == 0, output
+    assert score(course, "77", FIRST) == sum(expected_scores()[("ada", FIRST)].values())
+
+
+def test_the_lms_export_lists_the_whole_roster_with_each_assignments_points(cycle):
+    """nbgrader's export with the course's plugin: a roster student who handed nothing in
+    scores 0; each assignment's column says its points."""
+    _, exchange, course, *_ = cycle
+    nbgrader("db", "student", "add", "zed", "--last-name=Zed", cwd=course, exchange=exchange)
+    exporter = "--exporter=grader.lms.LmsCsvExport"
+    nbgrader("export", exporter, "--to=lms.csv", cwd=course, exchange=exchange)
+    rows = {row["student_id"]: row for row in csv.DictReader((course / "lms.csv").open())}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        column = points_header(FIRST, gradebook.find_assignment(FIRST).max_score)
+    assert sorted(rows) == ["77", "ada", "ben", "zed"]
+    assert rows["zed"]["last_name"] == "Zed"
+    assert rows["zed"][column] == "0"
+    assert float(rows["ada"][column]) == score(course, "ada", FIRST) > 0
+
+
+@pytest.mark.skipif(not available(), reason="bubblewrap is not installed: nothing to grade in")
+def test_nbgraders_autograde_grades_the_notebook_handed_in_now(cycle):
+    """The same per-cell scores as `grader autograde`; a worse notebook, a worse score; a new
+    student graded, not a missing result."""
+    _, exchange, course, *_ = cycle
+    recorded = cell_scores(course, "ada", FIRST)
+    nbgrader("autograde", FIRST, "--student=ada", "--force", cwd=course, exchange=exchange)
+    assert cell_scores(course, "ada", FIRST) == recorded
+    worse = course / "submitted" / "ada" / FIRST / f"{FIRST}.ipynb"
+    nbformat.write(PROFILES["ivy"].build(FIRST), worse)  # a classic mistake: fewer points
+    nbgrader("autograde", FIRST, "--student=ada", "--force", cwd=course, exchange=exchange)
+    assert score(course, "ada", FIRST) == sum(expected_scores()[("ivy", FIRST)].values())
+    new = course / "submitted" / "cat" / FIRST / f"{FIRST}.ipynb"
+    new.parent.mkdir(parents=True)
+    nbformat.write(PROFILES["ada"].build(FIRST), new)
+    nbgrader("autograde", FIRST, "--student=cat", cwd=course, exchange=exchange)
+    assert cell_scores(course, "cat", FIRST) == recorded
