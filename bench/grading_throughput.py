@@ -53,12 +53,12 @@ from common import (
 from grader.autograde import autograde, prepare
 from grader.checks import EXERCISES
 from grader.checks.core import outputs_of, plan
-from grader.checks.probe import load_answer
 from grader.config import CELL_SECONDS, SEED_VARIABLE, assignments, use_this_environment
 from grader.course import Course, grade_id, grade_id_of_tests, notebook_path
 from grader.demo import PROFILES, Profile, write_class
 from grader.notebook import Submission, answer_source, exercises_of, setup_code, source_notebook
 from grader.sandbox import available as sandbox_available
+from grader.sandboxed.probe import load_answer
 from grader.submission import grade_submissions
 
 try:  # psutil comes with jupyter's dependencies; without it only the largest process is known
@@ -405,7 +405,7 @@ def mean_student_code_seconds(profiles: dict[str, Profile]) -> float:
 def runner_startup_seconds() -> float:
     """What every runner pays before any student code: Python, torch and the checks imported."""
     start = time.perf_counter()
-    command = [sys.executable, "-c", "import grader.runner"]
+    command = [sys.executable, "-c", "import grader.sandboxed.runner"]
     subprocess.run(command, check=True, env=grading_env(), capture_output=True)
     return time.perf_counter() - start
 

@@ -30,9 +30,9 @@ from common import markdown_table, print_header, progress
 
 from grader.checks import EXERCISES
 from grader.checks.mutation import OUTCOMES, judge_mutant, mutants
-from grader.checks.probe import load_answer
 from grader.config import assignments
 from grader.notebook import answer_source, exercises_of, setup_code, source_notebook
+from grader.sandboxed.probe import load_answer
 
 
 def solution_cells() -> list[tuple[str, str, str]]:

@@ -3,12 +3,16 @@
 Inside, the runner's file system is an allow-list, read-only except its job folder: the system's
 programs and libraries (/usr, and /bin, /lib... as the distribution lays them out), the dynamic
 loader's few files in /etc, the Python installation, every folder on the runner's `sys.path` and
-every package it imports, wherever they really are (a virtualenv in a private home, a symlinked
-interpreter, an editable install), plus a private /dev, /proc and /tmp. Nothing else of the host
-exists there: not the homes around those folders, not the course folder (even one created after
-the sandbox), not the other submissions, not the checkout around the course's packages (which
-holds the answer key; should the answer key lie inside a folder the runner needs, the sandbox
-refuses to start). It also has no network, its own PID and IPC namespaces.
+every package student code may import (norm_utils, torch, numpy, matplotlib), wherever they
+really are (a virtualenv in a private home, a symlinked interpreter, an editable install), the
+runner's own package `grader.sandboxed` (as the top-level package `sandboxed`, at RUNNER_ROOT),
+plus a private /dev, /proc and /tmp. Nothing else of the host exists there: not the rest of
+`grader` (its checks, their references and known mistakes; where `grader` lies in a folder that
+is shown, such as an installed wheel's site-packages, an empty folder covers it), not the homes
+around those folders, not the course folder (even one created after the sandbox), not the other
+submissions, not the checkout around the course's packages (which holds the answer key; should
+the answer key lie inside a folder the runner needs, the sandbox refuses to start). It also has
+no network, its own PID and IPC namespaces.
 
 Graded as root, every student's runner gets a uid no other runner had in this run, from a range
 wide enough that another run very likely never gives it either: per-uid kernel state (the
@@ -19,6 +23,7 @@ keyring, of its own.)
 
 from __future__ import annotations
 
+import ast
 import itertools
 import json
 import os
@@ -51,13 +56,18 @@ SYSTEM = (
     "/etc/ld.so.conf.d",
     "/etc/alternatives",
 )
-RUNNER_PACKAGES = ("grader", "norm_utils", "torch", "numpy", "matplotlib")
+RUNNER_PACKAGES = ("norm_utils", "torch", "numpy", "matplotlib")
+# Where the runner's package is shown, and the runner as the sandbox names it.
+RUNNER_ROOT = Path("/run/grader-runner")
+RUNNER_MODULE = "sandboxed.runner"
+SANDBOXED = Path(__file__).parent / "sandboxed"
 # Where the runner finds things, asked of this interpreter with the runner's own environment.
 WHERE_PROBE = """
 import importlib.util, json, sys
 specs = [importlib.util.find_spec(name) for name in NAMES]
 folders = [f for s in specs if s for f in s.submodule_search_locations or []]
-print(json.dumps({"path": sys.path[1:], "packages": folders}))
+hidden = importlib.util.find_spec("grader").submodule_search_locations
+print(json.dumps({"path": sys.path[1:], "packages": folders, "grader": list(hidden)}))
 """
 
 
@@ -85,7 +95,7 @@ class Sandbox:
         self._counter = itertools.count(start)  # next() on it is atomic: threads share it
         self._given: set[int] = set()
         self.answer_keys = answer_keys(source)
-        self.visible = visible_paths(self.answer_keys)
+        self.visible, self.masked = visible_paths(self.answer_keys)
         self._check_answer_key_hidden()
         self._check_runner_starts(source)
 
@@ -105,7 +115,8 @@ class Sandbox:
         """Start Python in the sandbox once and run what the runner runs before any student
         code (its imports and every notebook's imports cell). If it cannot, every student would
         get 0 for the grader's own fault: refuse, and say why."""
-        probe = [sys.executable, "-c", "\n".join(["import grader.runner", *_setup_cells(source)])]
+        runner = f"import {RUNNER_MODULE}"
+        probe = [sys.executable, "-P", "-c", "\n".join([runner, *_setup_cells(source)])]
         with tempfile.TemporaryDirectory(prefix="grader-probe-") as job:
             done = subprocess.run(
                 self.command(probe, Path(job)),
@@ -173,8 +184,11 @@ class Sandbox:
             "--die-with-parent",
             "--new-session",
             "--setenv", "GRADER_SANDBOX", "1",
+            "--setenv", "PYTHONPATH", str(RUNNER_ROOT),
         ]  # fmt: skip
         bwrap += mounts(self.visible, writable=job)
+        bwrap += runner_package()
+        bwrap += [a for folder in self.masked for a in ("--tmpfs", str(folder))]
         # bubblewrap mounts as the caller; the uid is dropped inside, just before the runner.
         return [*bwrap, "--chdir", str(job), *drop, *command]
 
@@ -192,18 +206,44 @@ def runner_env(job: Path) -> dict[str, str]:
     }
 
 
+def runner_package() -> list[str]:
+    """bubblewrap arguments showing `grader.sandboxed`, read-only, as the package `sandboxed` in
+    RUNNER_ROOT (the folders on the way made 0755, as bubblewrap would make them 0700)."""
+    folders = [*reversed(RUNNER_ROOT.parents[:-1]), RUNNER_ROOT]
+    args = [a for f in folders for a in ("--perms", "0755", "--dir", str(f))]
+    return [*args, "--ro-bind", str(SANDBOXED.resolve()), str(RUNNER_ROOT / "sandboxed")]
+
+
+def runner_setup(setup: str) -> str:
+    """A notebook's imports cell as the runner runs it before each answer: without its imports
+    of `grader` (the student's own `check` and `grade`), which answers do not use and which the
+    runner could not import."""
+    tree = ast.parse(setup)
+    tree.body = [node for node in tree.body if not _imports_grader(node)]
+    return ast.unparse(tree)
+
+
+def _imports_grader(node: ast.stmt) -> bool:
+    if isinstance(node, ast.ImportFrom):
+        modules = [node.module or ""]
+    else:
+        modules = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+    return any(m.split(".")[0] == "grader" for m in modules)
+
+
 def _setup_cells(source: Path) -> list[str]:
     from grader.notebook import setup_code, source_notebook  # it needs the checks: import late
 
-    return [setup_code(source_notebook(a, source)) for a in assignments()]
+    return [runner_setup(setup_code(source_notebook(a, source))) for a in assignments()]
 
 
-def visible_paths(keys: list[Path]) -> list[Path]:
+def visible_paths(keys: list[Path]) -> tuple[list[Path], list[Path]]:
     """What the runner reads, as this machine names it: the system, the interpreter, every
-    folder on the runner's sys.path (.pth files included) and every package it imports (an
-    editable install's finder maps them anywhere). A folder that holds the answer key (a
-    checkout on sys.path) is never shown whole: the course's packages in it are. `keys`: the
-    answer keys (see answer_keys)."""
+    folder on the runner's sys.path (.pth files included) and every package student code may
+    import (an editable install's finder maps them anywhere). A folder that holds the answer
+    key (a checkout on sys.path) is never shown whole: the course's packages in it are. Also
+    returns where `grader` lies inside what is shown (an installed wheel's site-packages), to
+    be covered. `keys`: the answer keys (see answer_keys)."""
     with tempfile.TemporaryDirectory(prefix="grader-where-") as scratch:
         code = f"NAMES = {RUNNER_PACKAGES!r}\n{WHERE_PROBE}"
         where = subprocess.run(
@@ -217,7 +257,10 @@ def visible_paths(keys: list[Path]) -> list[Path]:
     found = json.loads(where.stdout)
     on_path = [p for p in found["path"] if not _is_inside_any(keys, Path(p).resolve())]
     paths = [*SYSTEM, sys.executable, sys.prefix, sys.base_prefix, *on_path, *found["packages"]]
-    return [p for p in dict.fromkeys(Path(os.path.abspath(p)) for p in paths) if p.exists()]
+    visible = [p for p in dict.fromkeys(Path(os.path.abspath(p)) for p in paths) if p.exists()]
+    shown = _outermost(p.resolve() for p in visible)
+    grader = [Path(g).resolve() for g in found["grader"]]
+    return visible, [g for g in grader if _is_inside(g, shown)]
 
 
 def mounts(paths: Iterable[Path], writable: Path) -> list[str]:

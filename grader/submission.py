@@ -1,34 +1,30 @@
 """Grade one submitted notebook: plan the checks here, run the answers in the runner, judge here.
 
-Only plain arrays cross back from the runner (.npz read with allow_pickle=False, and a small
-JSON record); the comparison with the reference and the score happen in this process.
+The runner gets its job on its stdin and sends each exercise's result on its stdout (see
+grader.sandboxed.runner); nothing is read back from a file. Only plain arrays cross back (an .npz
+read with allow_pickle=False, and a small JSON object); the comparison with the reference and
+the score happen in this process.
 
-A runner that fails for a reason of the grader's (it cannot start or read its job, the disk is
-full, the grader is stopping) raises `GraderFault`: never a score. Only what happened after the
-runner said an exercise had started (see grader.runner) can cost that exercise points.
+A runner that fails for a reason of the grader's (it cannot start or read its job, fork, the
+grader is stopping) raises `GraderFault`: never a score. Only what happened after the runner
+said an exercise had started can cost that exercise points.
 """
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
-import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
-
-from grader import record
 from grader.checks import EXERCISES
-from grader.checks.core import Outputs, StudentError, Verdict, judge, plan
+from grader.checks.core import Exercise, Outputs, StudentError, Verdict, judge, plan
 from grader.checks.integrity import forbidden_uses, integrity_message
 from grader.config import (
     EXERCISE_CPU_SECONDS,
@@ -41,8 +37,8 @@ from grader.config import (
 )
 from grader.course import ExerciseResult
 from grader.notebook import Submission
-from grader.sandbox import Sandbox, runner_env
-from grader.untrusted import write_replacing
+from grader.sandbox import RUNNER_MODULE, Sandbox, runner_env, runner_setup
+from grader.sandboxed import record
 
 TAIL_CHARS = 300  # of a failed runner's stderr, to name the cause
 
@@ -112,44 +108,29 @@ def _verdict_for_all(name: str, error: StudentError, planned) -> Verdict:
     return judge(EXERCISES[name], planned, [error] * len(planned))
 
 
-def _write_inputs(job: Path, name: str, planned) -> None:
-    folder = job / "in" / name
-    folder.mkdir(parents=True)
-    for i, (_, inputs) in enumerate(planned):
-        np.savez(folder / f"{i}.npz", **inputs)
+def _job_frames(specs: list[dict], plans: dict, limits: Limits) -> bytes:
+    """The runner's stdin: what to run, then each exercise's inputs, one frame each."""
+    frames = [record.encode({"exercises": specs, "limits": asdict(limits)}, {})]
+    for spec in specs:
+        inputs = plans[spec["name"]]
+        arrays = {f"{i}/{k}": v for i, (_, case) in enumerate(inputs) for k, v in case.items()}
+        frames.append(record.encode({}, arrays))
+    return b"".join(len(f).to_bytes(record.HEADER_BYTES, "big") + f for f in frames)
 
 
-def _read_outputs(job: Path, name: str, cases: int, seal: str) -> tuple[list[Outputs], set[str]]:
-    """The runner's record for one exercise, trusting nothing but its shape (the job folder is
-    the student's: no link, FIFO or oversized file in it is followed, waited on or loaded), and
-    only if it is the record the runner sealed when the exercise finished."""
-    try:
-        meta, npz = record.read(job, name)
-    except FileNotFoundError:
+def _outputs(name: str, cases: int, frame: bytes | None) -> tuple[list[Outputs], set[str]]:
+    """One exercise's result as the runner sent it (None: it took the runner down with it),
+    trusting nothing but its shape: it was written by the answer's own process."""
+    if frame is None:
         return _crashed(name, cases)
-    except (OSError, ValueError):  # Refused: a link, a special or oversized file
-        error = StudentError(
-            "crash", f"`{name}` left a result that is not plain arrays (a link, a special file)."
-        )
-        return [error] * cases, set()
-    if record.digest(meta, npz) != seal:
-        error = StudentError("crash", f"`{name}`'s result was written by other code than its own.")
-        return [error] * cases, set()
     try:
-        fields = json.loads(meta)
-        assert isinstance(fields, dict)
-    except (ValueError, AssertionError):  # bad JSON or UTF-8
-        error = StudentError("crash", f"`{name}` left a result that is not the runner's.")
-        return [error] * cases, set()
+        fields, arrays = record.decode(frame)
+    except record.BadFrame as error:
+        return [StudentError("crash", f"`{name}` sent a result that is {error}.")] * cases, set()
     if "load_error" in fields:
         kind, message = fields["load_error"]
         return [StudentError(str(kind), str(message))] * cases, set()
     errors = fields.get("errors", {})
-    try:
-        arrays = _plain_arrays(npz)
-    except (OSError, ValueError, MemoryError, zipfile.BadZipFile):  # MemoryError: a forged shape
-        error = StudentError("crash", f"`{name}` left a result that is not plain arrays.")
-        return [error] * cases, set()
     outputs: list[Outputs] = []
     for i in range(cases):
         if str(i) in errors:
@@ -161,59 +142,69 @@ def _read_outputs(job: Path, name: str, cases: int, seal: str) -> tuple[list[Out
     return outputs, {str(c) for c in fields.get("calls", [])}
 
 
-def _plain_arrays(npz: bytes) -> dict[str, np.ndarray]:
-    """The arrays of an .npz as the runner writes it (np.savez: stored, not compressed, so they
-    take no more memory than the file). Never unpickled: an object array is refused, not loaded;
-    a compressed member (a zip bomb) is refused unread."""
-    with zipfile.ZipFile(io.BytesIO(npz)) as archive:
-        if any(m.compress_type != zipfile.ZIP_STORED for m in archive.infolist()):
-            raise ValueError("compressed")
-    with np.load(io.BytesIO(npz), allow_pickle=False) as data:
-        return {key: data[key] for key in data.files}
-
-
 def run_job(
-    job: Path, limits: Limits, sandbox: Sandbox | None, cases: int
-) -> list[tuple[str, str | None]]:
-    """Start the runner on `job` (in the sandbox, if any) and wait, killing it if it overruns;
-    returns the exercises it started, in order, each with the seal of its record when it
-    finished (None: it took the runner down, so its record is not believed). Raises GraderFault
-    when it failed before any student code ran, or said it could not keep its records."""
+    job: Path, frames: bytes, limits: Limits, sandbox: Sandbox | None, cases: int
+) -> list[tuple[str, bytes | None]]:
+    """Start the runner in the folder `job` (in the sandbox, if any), send it `frames` and wait,
+    killing it if it overruns; returns the exercises it started, in order, each with the frame
+    of its result (None: it took the runner down, so it has none). Raises GraderFault when the
+    runner failed before any student code ran, or said it could not do its part."""
     if RUNNERS.stopping.is_set():
         raise Stopped("the grader was stopped")
     timeout = limits.wall_seconds * max(cases, 1) + RUNNER_GRACE_SECONDS
-    command = [sys.executable, "-m", "grader.runner", str(job)]
-    out, err = _run(command if sandbox is None else sandbox.command(command, job), job, timeout)
+    module = "grader.sandboxed.runner" if sandbox is None else RUNNER_MODULE
+    command = [sys.executable, "-P", "-m", module]
+    out, err = _run(
+        command if sandbox is None else sandbox.command(command, job), job, frames, timeout
+    )
     if RUNNERS.stopping.is_set():
         raise Stopped("the grader was stopped")
-    lines = [line.partition(" ") for line in out.splitlines()]
-    faults = [rest for word, _, rest in lines if word == "fault"]
-    started = [rest for word, _, rest in lines if word == "started"]
-    seals = dict(rest.partition(" ")[::2] for word, _, rest in lines if word == "done")
-    if faults:
-        raise GraderFault(faults[0])
+    started, results, fault = _messages(out)
+    if fault:
+        raise GraderFault(fault)
     if not started:  # no student code ran: whatever stopped it was not the student's doing
-        last = err.strip().splitlines()[-1:] or ["no message"]
+        last = err.decode(errors="replace").strip().splitlines()[-1:] or ["no message"]
         raise GraderFault(f"the runner did not start its job ({last[0][:TAIL_CHARS]})")
-    return [(name, seals.get(name)) for name in started]
+    return [(name, results.get(name)) for name in started]
 
 
-def _run(command: list[str], job: Path, timeout: float) -> tuple[str, str]:
+def _messages(out: bytes) -> tuple[list[str], dict[str, bytes], str]:
+    """The runner's stdout read as its protocol (see grader.sandboxed.runner): the exercises
+    started, the result frame of each one done, and the fault it reported ('' if none). A
+    result cut short (the runner was killed while sending it) is no result."""
+    started, results, at = [], {}, 0
+    while (end := out.find(b"\n", at)) >= 0:
+        word, _, rest = out[at:end].decode(errors="replace").partition(" ")
+        at = end + 1
+        if word == "fault":
+            return started, results, rest
+        if word == "started":
+            started.append(rest)
+        elif word == "done":
+            name, _, size = rest.partition(" ")
+            if len(out) - at < int(size):
+                break
+            results[name] = out[at : at + int(size)]
+            at += int(size)
+    return started, results, ""
+
+
+def _run(command: list[str], job: Path, frames: bytes, timeout: float) -> tuple[bytes, bytes]:
     """Run the runner in its own process group (a terminal's Ctrl-C is the grader's to handle,
-    not the runner's to die of), killed on overrun or stop; returns its stdout and stderr."""
+    not the runner's to die of), killed on overrun or stop; `frames` is its stdin; returns its
+    stdout and stderr."""
     process = subprocess.Popen(
         command,
         cwd=job,
         env=runner_env(job),
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
-        errors="replace",
         start_new_session=True,
     )
     with RUNNERS.track(process):
         try:
-            return process.communicate(timeout=timeout)
+            return process.communicate(frames, timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill_group(process)
             return process.communicate()
@@ -265,8 +256,7 @@ def grade_submissions(
                 missing = f"No answer cell defines `{name}` (was it renamed or deleted?)."
                 reason = StudentError("missing", missing)
             else:
-                setup, cases = submission.setup, len(plans[name])
-                specs.append({"name": name, "setup": setup, "source": answer, "cases": cases})
+                specs.append(_spec(EXERCISES[name], runner_setup(submission.setup), answer, plans))
                 continue
             verdicts[name] = _verdict_for_all(name, reason, plans[name])
             causes[name] = reason.kind
@@ -277,6 +267,21 @@ def grade_submissions(
         verdicts[name] = judge(EXERCISES[name], plans[name], outputs, integrity)
         causes[name] = _cause(outputs)
     return [[_result(verdicts[n], causes[n]) for n in s.exercises] for s in submissions]
+
+
+def _spec(exercise: Exercise, setup: str, source: str, plans: dict) -> dict:
+    """What the runner is told of one exercise: the code to run, how to call the answer and
+    what it must not call (nothing of the checks themselves)."""
+    return {
+        "name": exercise.name,
+        "setup": setup,
+        "source": source,
+        "probe": exercise.probe.__name__,
+        "forbidden": list(exercise.forbidden),
+        "operators": list(exercise.forbidden.operators),
+        "python": list(exercise.forbidden.python),
+        "cases": len(plans[exercise.name]),
+    }
 
 
 def _cause(outputs: list[Outputs]) -> str:
@@ -307,27 +312,17 @@ def _run_all(specs: list[dict], plans: dict, limits: Limits, sandbox, scratch: P
 
 
 def _run_in_fresh_job(specs: list[dict], plans: dict, limits: Limits, sandbox, scratch):
-    """One runner on `specs` in a new job folder: the (name, outputs, calls) of every exercise
-    it started, in order (an absent record reads as a crash)."""
+    """One runner on `specs` in a new job folder (its working directory, which it may write):
+    the (name, outputs, calls) of every exercise it started, in order."""
     try:
         folder = tempfile.TemporaryDirectory(prefix="grade-", dir=scratch)
     except OSError as error:
         raise GraderFault(f"could not make a job folder in {scratch} ({error})") from None
     with folder:
-        job = Path(folder.name)
-        try:
-            for spec in specs:
-                _write_inputs(job, spec["name"], plans[spec["name"]])
-            job_file = {"exercises": specs, "limits": asdict(limits)}
-            write_replacing(job, "job.json", json.dumps(job_file).encode())
-        except OSError as error:
-            raise GraderFault(f"could not write the runner's job in {job} ({error})") from None
-        started = run_job(job, limits, sandbox, len(specs))
+        frames = _job_frames(specs, plans, limits)
+        started = run_job(Path(folder.name), frames, limits, sandbox, len(specs))
         cases = {s["name"]: s["cases"] for s in specs}
-        return [
-            (n, *(_read_outputs(job, n, cases[n], seal) if seal else _crashed(n, cases[n])))
-            for n, seal in started
-        ]
+        return [(name, *_outputs(name, cases[name], frame)) for name, frame in started]
 
 
 def _crashed(name: str, cases: int) -> tuple[list[Outputs], set[str]]:

@@ -1,12 +1,11 @@
-"""Files someone else controls: a student's submission, what a runner left in its job folder.
+"""Files someone else controls: a student's submission.
 
 The grader may run as root, and the parts of such a path below a trusted folder are chosen by
 the student: a symbolic link there would make the grader read a classmate's notebook or the
 answer key as the student's, a FIFO would block it forever, a sparse or huge file would fill its
 memory. So every step below the trusted folder is opened without following links, the last one
 must be a regular file (checked on the open file, so it cannot be swapped in between), and no
-more than a cap is read. Written there, a name is replaced, never followed: through a link, the
-grader would overwrite any file of the host.
+more than a cap is read.
 """
 
 from __future__ import annotations
@@ -68,21 +67,5 @@ def _read_regular(folder: int, name: str, shown: PurePath, limit: int) -> bytes:
         if len(data) > limit:  # grew since fstat
             raise Refused(f"{shown} is larger than {limit >> 20} MB (refused)")
         return data
-    finally:
-        os.close(fd)
-
-
-def write_replacing(folder: Path, name: str, data: bytes) -> None:
-    """Write `data` as `folder / name`, a folder others may write into: whatever is there under
-    that name (a link to a file of the host, say) is removed, never followed."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        try:
-            os.unlink(name, dir_fd=fd)
-        except FileNotFoundError:
-            pass
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        with os.fdopen(os.open(name, flags, 0o644, dir_fd=fd), "wb") as file:
-            file.write(data)
     finally:
         os.close(fd)

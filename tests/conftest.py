@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import norm_utils
-from grader.checks.probe import load_answer
 from grader.config import assignments
 from grader.notebook import answer_source, exercises_of, setup_code, source_notebook
+from grader.sandboxed.probe import load_answer
 
 # The tests use tiny tensors, where a second intra-op thread only adds synchronization; on a busy
 # 2-core machine its spin-waiting made the suite several times slower.

@@ -42,6 +42,31 @@ ATTACKED = "layer_norm"  # the answer cell every attack is written into
 IDENTITY = (
     "\ndef layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):\n    return x\n"
 )
+# Defines _send(data): write `data` (framed, unless whole=False) on every pipe the answer holds,
+# which is where its runner reads its result.
+ON_ITS_PIPE = """import io
+import os
+import stat
+import time
+
+import numpy as np
+
+
+def _send(data, whole=True):
+    data = len(data).to_bytes(8, "big") + data if whole else data
+    for fd in range(3, 256):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, data)
+        except OSError:
+            pass
+
+
+"""
+USE_FOUND = (
+    "\n\ndef layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):\n"
+    "    return _found(x, normalized_shape, weight, bias, eps)\n"
+)
 # The attacks' notebook-mates, answered as in the solution: each keeps its full points.
 HONEST_ANSWERS = {
     name: EXERCISES[name].points
@@ -138,8 +163,9 @@ def library_routes() -> dict[str, tuple[str, str, float]]:
         + ROUTE_HEAD
         + IN_A_THREAD,
     }
-    # Defused, a refusal still gives nothing back: no library values, no points.
-    words = {"defuse_the_refusals": "layer_norm: 0 / 10"}
+    # Defused, a refusal still gives nothing back: no library values, no points. The graded
+    # references are not in the sandboxed process at all: looking them up fails.
+    words = {"defuse_the_refusals": "layer_norm: 0 / 10", "reference_in_a_thread": "KeyError"}
     blocked = "library's own implementation"
     return {name: (code, words.get(name, blocked), 0) for name, code in routes.items()}
 
@@ -219,8 +245,9 @@ def attacks(port: int, course: Path, submissions: Path) -> dict[str, tuple[str, 
             0,
         ),
         "write_grader_code": (
-            f"open({str(REPO / 'grader' / 'checks' / 'core.py')!r}, 'a').write('# pwned')\n"
-            + honest,
+            # The runner's own code, the only code of the grader the sandbox shows.
+            "import sandboxed.probe\n\n"
+            "open(sandboxed.probe.__file__, 'a').write('# pwned')\n" + honest,
             "PermissionError",
             0,
         ),
@@ -250,9 +277,11 @@ def attacks(port: int, course: Path, submissions: Path) -> dict[str, tuple[str, 
             0,
         ),
         "pickled_result": (
-            "import json\nimport os\n\nimport numpy as np\n\n"
-            "json.dump({'errors': {}, 'calls': []}, open('out/layer_norm.json', 'w'))\n"
-            "np.savez('out/layer_norm.npz', **{'0/y': np.array([object()], dtype=object)})\n"
+            # Its own result, sent on its own pipe before the runner's code can: a pickle.
+            ON_ITS_PIPE + "_arrays = io.BytesIO()\n"
+            "np.savez(_arrays, **{'0/y': np.array([object()], dtype=object)})\n"
+            '_meta = b\'{"errors": {}, "calls": []}\'\n'
+            "_send(len(_meta).to_bytes(8, 'big') + _meta + _arrays.getvalue())\n"
             "os._exit(0)\n" + honest,
             "not plain arrays",
             0,
@@ -268,12 +297,15 @@ def attacks(port: int, course: Path, submissions: Path) -> dict[str, tuple[str, 
             "10 / 10 points",
             10,
         ),
-        "fifo_result": (
-            # A result the grader would wait on forever, stalling the whole batch.
-            "import json\nimport os\n\n"
-            "json.dump({'errors': {}, 'calls': []}, open('out/layer_norm.json', 'w'))\n"
-            "os.mkfifo('out/layer_norm.npz')\nos._exit(0)\n" + honest,
-            "not plain arrays",
+        "result_never_finished": (
+            # A result that promises a terabyte and never sends it, its pipe kept open by a
+            # process the answer leaves behind: the batch must not wait for it.
+            ON_ITS_PIPE + "_send((1 << 40).to_bytes(8, 'big'), whole=False)\n"
+            "if os.fork() == 0:\n"
+            "    os.setsid()\n"
+            "    time.sleep(3600)\n"
+            "os._exit(0)\n" + honest,
+            "crashed",
             0,
         ),
         # The course folder is made after the sandbox, as on the README's first run.
@@ -298,6 +330,32 @@ def attacks(port: int, course: Path, submissions: Path) -> dict[str, tuple[str, 
             0,
         ),
         "list_the_host": ("import os\n\nos.listdir('/var')\n" + honest, "FileNotFoundError", 0),
+        # The grader's objects, found without an import statement: a correct layer norm from
+        # the checks' own code (their "all mistakes switched off" variant).
+        "find_the_checks_in_sys_modules": (
+            "import sys\n\n"
+            "_found = sys.modules['grader.checks.layer_norm']._layer_norm_variant\n" + USE_FOUND,
+            "KeyError",
+            0,
+        ),
+        "find_the_checks_through_the_callers_frames": (
+            "import sys\n\n"
+            "def _found(*args):\n"
+            "    frame = sys._getframe(2)\n"
+            "    while not hasattr(frame.f_locals.get('exercise'), 'probe'):\n"
+            "        frame = frame.f_back\n"
+            "    probe = frame.f_locals['exercise'].probe\n"
+            "    return probe.__globals__['_layer_norm_variant'](*args)\n" + USE_FOUND,
+            "KeyError",
+            0,
+        ),
+        "import_the_checks_through_builtins": (
+            "import builtins\n\n"
+            "_checks = builtins.__import__('grader.checks.layer_norm', None, None, ['x'])\n"
+            "_found = _checks._layer_norm_variant\n" + USE_FOUND,
+            "ModuleNotFoundError",
+            0,
+        ),
         **library_routes(),
     }
 
@@ -615,3 +673,95 @@ def test_an_answer_cannot_write_the_record_of_another_exercise(tmp_path, forger,
     nbformat.write(notebook, path)
     results = {r.name: r for r in grade_notebook(path, ASSIGNMENT, 0, sandbox=Sandbox())}
     assert results[victim].score == 0, results[victim].feedback
+
+
+# An earlier answer (layer_norm's cell, graded first) prepares the result of a later exercise
+# (stable_var) from what it finds of that exercise's inputs; the later answer alone would
+# earn nothing. name -> (code added to the earlier cell, the later exercise's whole cell).
+PREPARED = {
+    "rewrite_its_inputs": (
+        # The grader's input files are not the runner's to write, but the job folder is: a
+        # rewritten copy of them takes their place. x := (x - mean)², so that the later
+        # answer's mean is the variance of the real x.
+        "import glob\nimport os\nimport shutil\n\nimport numpy as np\n\n"
+        "if os.path.isdir('in'):\n"
+        "    shutil.copytree('in', 'in-rewritten')\n"
+        "    for _path in glob.glob('in-rewritten/stable_var/*.npz'):\n"
+        "        with np.load(_path) as _data:\n"
+        "            _case = dict(_data)\n"
+        "        _dim = int(_case['dim'])\n"
+        "        _case['x'] = (_case['x'] - _case['x'].mean(_dim, keepdims=True)) ** 2\n"
+        "        np.savez(_path, **_case)\n"
+        "    os.rename('in', 'in-original')\n"
+        "    os.rename('in-rewritten', 'in')\n",
+        "def stable_var(x, dim=-1):\n    return x.mean(dim)\n",
+    ),
+    "compute_it_ahead_from_its_inputs": (
+        # Outputs computed by a call the later exercise forbids, left in a file for it.
+        "import glob\nimport hashlib\n\nimport numpy as np\n\n"
+        "_table = {}\n"
+        "for _path in glob.glob('in/stable_var/*.npz'):\n"
+        "    with np.load(_path) as _data:\n"
+        "        _x, _dim = torch.from_numpy(_data['x']), int(_data['dim'])\n"
+        "    _key = hashlib.sha256(_x.numpy().tobytes()).hexdigest()\n"
+        "    _table[_key] = _x.var(_dim, correction=0)\n"
+        "torch.save(_table, '/tmp/table.pt')\n",
+        "import hashlib\n\n\ndef stable_var(x, dim=-1):\n"
+        "    return torch.load('/tmp/table.pt')[hashlib.sha256(x.numpy().tobytes()).hexdigest()]\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("how", sorted(PREPARED))
+def test_an_answer_cannot_prepare_the_result_of_a_later_exercise(tmp_path, how):
+    """Nothing an earlier answer finds or leaves in files (a later exercise's inputs, outputs
+    computed ahead) gives a later exercise points its own answer does not earn."""
+    earlier, later = PREPARED[how]
+    notebook = nbformat.read(SOLUTION, 4)
+    for cell in notebook.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id == "layer_norm":
+            cell.source += "\n" + earlier
+        elif grade_id == "stable_var":
+            cell.source = later
+    path = tmp_path / f"{ASSIGNMENT}.ipynb"
+    nbformat.write(notebook, path)
+    results = {r.name: r for r in grade_notebook(path, ASSIGNMENT, 0, sandbox=Sandbox())}
+    assert results["layer_norm"].score == 10, results["layer_norm"].feedback
+    assert results["stable_var"].score == 0, results["stable_var"].feedback
+
+
+LEAVES_A_PROCESS = """import os
+import time
+
+if os.fork() == 0:  # a daemon: out of the answer's process group and session
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(3600)
+    os._exit(0)
+"""
+FINDS_ONE = """import os
+
+_mine = {1, os.getpid(), os.getppid()}
+for _pid in [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in _mine]:
+    try:
+        _state = open(f"/proc/{_pid}/stat").read().rpartition(")")[2].split()[0]
+    except OSError:
+        continue
+    if _state != "Z":
+        raise RuntimeError(f"process {_pid} of an earlier answer is alive")
+"""
+
+
+def test_no_process_of_an_earlier_answer_is_alive_when_a_later_one_runs(tmp_path):
+    notebook = nbformat.read(SOLUTION, 4)
+    for cell in notebook.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id == "layer_norm":
+            cell.source = LEAVES_A_PROCESS + cell.source
+        elif grade_id == "stable_var":
+            cell.source = FINDS_ONE + cell.source
+    path = tmp_path / f"{ASSIGNMENT}.ipynb"
+    nbformat.write(notebook, path)
+    results = {r.name: r for r in grade_notebook(path, ASSIGNMENT, 0, sandbox=Sandbox())}
+    assert results["stable_var"].score == 3, results["stable_var"].feedback

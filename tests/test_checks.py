@@ -26,9 +26,9 @@ from grader.checks.core import (
     outputs_of,
     plan,
 )
-from grader.checks.probe import call, trailing_dims
 from grader.config import assignments
 from grader.notebook import answer_source, exercises_of, source_notebook
+from grader.sandboxed.probe import call, trailing_dims
 
 CASES = [(e, m) for e in EXERCISES.values() for m in e.mistakes]
 

@@ -20,11 +20,10 @@ from grader.checks.batch_norm import (
     PREDICT,
     TORCH_MOMENTUM,
     _bn_case,
-    _probe_batch_norm,
-    _probe_torch_momentum,
 )
 from grader.checks.core import outputs_of, plan
 from grader.reference import functional as reference
+from grader.sandboxed.probes import probe_batch_norm, probe_torch_momentum
 
 ASSIGNMENT = "02_batch_norm"
 BY_NAME = {e.name: e for e in EXERCISES}
@@ -57,7 +56,7 @@ def test_some_check_separates_each_mistake_by_far_more_than_its_tolerance(exerci
 def _scenario(impl, batches, x_eval):
     """Run the batch_norm probe on `impl` for the given training batches and eval batch."""
     case = _bn_case(np.random.default_rng(0), batches, x_eval)
-    return {k: np.asarray(v) for k, v in _probe_batch_norm(impl, case).items()}
+    return {k: np.asarray(v) for k, v in probe_batch_norm(impl, case).items()}
 
 
 def test_the_batch_norm_reference_is_nn_batchnorm1d_step_for_step():
@@ -89,7 +88,7 @@ def test_the_seed_table_is_the_first_visible_batch_norm_check():
 def test_the_converted_momentum_reproduces_the_keras_moving_average():
     batches = np.random.default_rng(0).standard_normal((5, 8, 3)).astype(np.float32) + 2
     for keras in (0.9, 0.99, 0.6):
-        out = _probe_torch_momentum(
+        out = probe_torch_momentum(
             TORCH_MOMENTUM.reference, {"keras_momentum": np.array(keras), "batches": batches}
         )
         mean, var = np.zeros(3), np.ones(3)

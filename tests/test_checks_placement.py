@@ -18,13 +18,14 @@ import pytest
 from conftest import SEEDS, answer_from, solution_answers
 from torch import nn
 
-from grader.checks import placement, run, source_of
+from grader.checks import run, source_of
 from grader.checks.core import StudentError, outputs_of, plan
 from grader.checks.placement import EXERCISES, SWITCH_OFF
-from grader.checks.probe import call, load_answer
 from grader.config import RELEASE
 from grader.notebook import answer_source, read_notebook, setup_code, source_notebook
 from grader.reference import blocks as reference
+from grader.sandboxed import probes
+from grader.sandboxed.probe import call, load_answer
 
 ASSIGNMENT = "04_placement"
 BY_NAME = {e.name: e for e in EXERCISES}
@@ -91,7 +92,7 @@ def test_the_encoder_reference_equals_nn_transformer_encoder_with_a_final_norm(m
         norm = nn.LayerNorm(d_model)
         return nn.TransformerEncoder(layer, num_layers, norm=norm, enable_nested_tensor=False)
 
-    monkeypatch.setattr(placement, "_TRUSTED", placement._TRUSTED | {torch_stack})
+    monkeypatch.setattr(probes, "TRUSTED", probes.TRUSTED | {torch_stack})
     for _, inputs in plan(exercise, hidden=True, seed=3):
         got, want = (
             outputs_of(exercise, torch_stack, inputs),

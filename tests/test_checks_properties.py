@@ -15,13 +15,14 @@ import torch
 from conftest import SEEDS
 from test_checks import _course_text
 
-from grader.checks import EXERCISES, placement, run
+from grader.checks import EXERCISES, run
 from grader.checks.batch_norm import _batch_norm_variant
 from grader.checks.core import Check, Exercise, expected_outputs, judge, plan
 from grader.checks.layer_norm import _backward_variant, _layer_norm_variant
-from grader.checks.probe import trailing_dims
 from grader.checks.sequences import _mask_variant, _masked_bn_variant
-from norm_utils.blocks import PostLNBlock, PreLNBlock
+from grader.reference.blocks import PostLNBlock, PreLNBlock
+from grader.sandboxed import probes
+from grader.sandboxed.probe import trailing_dims
 
 
 def _weight_alone(x, normalized_shape, weight=None, bias=None, eps=1e-5):
@@ -158,7 +159,7 @@ def test_a_wrong_residual_structure_is_said_as_the_combination_it_is(
 ):
     block = type("Wrong", (base,), {"forward": forward})
     # built on the course's block for brevity; trusted like the mistakes, not refused as a copy
-    monkeypatch.setattr(placement, "_TRUSTED", placement._TRUSTED | {block})
+    monkeypatch.setattr(probes, "TRUSTED", probes.TRUSTED | {block})
     verdict = run(EXERCISES[name], block, hidden=True, seed=0, source="")
     explained = [o for o in verdict.outcomes if words in o.problem and o.mistake is None]
     assert explained and all(o.finding for o in explained), verdict.render()

@@ -1,7 +1,7 @@
 """A fault of the grader is never a student's grade, and every stop is clean.
 
 A small class is graded once, cleanly, with a fixed seed; each test then breaks the grader in
-one way (a runner that cannot read its job or start, a full disk, a signal at a random moment, a
+one way (a runner that cannot start, a full disk, a signal at a random moment, a
 second run, a lost gradebook) and checks that nothing wrong was recorded, that the run says so
 and exits non-zero, and that the next run reaches exactly the clean run's per-cell scores.
 """
@@ -12,6 +12,7 @@ import contextlib
 import copy
 import os
 import random
+import shlex
 import shutil
 import signal
 import sqlite3
@@ -37,7 +38,7 @@ from grader.demo import (
     expected_scores,
     write_class,
 )
-from grader.sandbox import Sandbox, available
+from grader.sandbox import RUNNER_ROOT, Sandbox, available
 from grader.submission import Limits
 
 pytestmark = pytest.mark.skipif(not available(), reason="bubblewrap is not installed")
@@ -121,6 +122,18 @@ def course_copy(clean, tmp_path):
     return Course(tmp_path / "course"), tmp_path / "submissions"
 
 
+# Forwards what to run and the first exercise's inputs (two frames) from stdin, then ends.
+FORWARD_ONE = """import sys
+
+source, sink = sys.stdin.buffer, sys.stdout.buffer
+for _ in range(2):
+    header = source.read(8)
+    sink.write(header + source.read(int.from_bytes(header, "big")))
+sink.close()
+source.read()
+"""
+
+
 class BrokenSandbox(Sandbox):
     """A sandbox whose runner starts numbered in `broken` (1, 2, ...) fail as `how` says."""
 
@@ -136,9 +149,11 @@ class BrokenSandbox(Sandbox):
         self.starts += 1
         if self.starts not in self.broken:
             return full
-        if self.how == "hide the job":  # e.g. a private /tmp over a job folder inside /tmp
+        if self.how == "hide the runner":  # e.g. a folder the runner's uid may not enter
             at = full.index("--chdir")
-            return [*full[:at], "--tmpfs", str(job), *full[at:]]
+            return [*full[:at], "--tmpfs", str(RUNNER_ROOT), *full[at:]]
+        if self.how == "cut the job":  # its stdin ends after the first exercise's inputs
+            return ["sh", "-c", f'{shlex.quote(sys.executable)} -c "$0" | "$@"', FORWARD_ONE, *full]
         return ["bwrap", "--no-such-option"]  # bubblewrap itself fails to set up
 
 
@@ -146,7 +161,16 @@ def newcomer_outcomes(outcomes):
     return [o for o in outcomes if o.task.student == NEWCOMER]
 
 
-@pytest.mark.parametrize("how", ["hide the job", "bwrap fails"])
+# How a runner fails, and what the grader then says: the last one, its `fault` line, after it
+# ran the first exercise's answer (a grader error even though student code ran).
+RUNNER_FAILURES = {
+    "hide the runner": "did not start its job",
+    "bwrap fails": "did not start its job",
+    "cut the job": "the job ended early",
+}
+
+
+@pytest.mark.parametrize("how", sorted(RUNNER_FAILURES))
 def test_a_runner_that_cannot_start_is_a_grader_error_graded_by_the_next_run(course_copy, how):
     course, submissions = course_copy
     before = recorded(course)
@@ -154,7 +178,7 @@ def test_a_runner_that_cannot_start_is_a_grader_error_graded_by_the_next_run(cou
     outcomes = newcomer_outcomes(run_autograde(course, submissions, sandbox))
     assert len(outcomes) == len(assignments())
     assert all(o.grader_fault and "not graded: grader error" in o.problem for o in outcomes)
-    assert all("did not start its job" in o.problem for o in outcomes)
+    assert all(RUNNER_FAILURES[how] in o.problem for o in outcomes)
     assert recorded(course) == before  # nothing recorded for the newcomer: no 0, no stamp
     assert not list((course.results / NEWCOMER).glob("*.graded"))
 
@@ -205,47 +229,6 @@ def test_a_full_disk_in_the_course_folder_is_a_grader_error_graded_by_the_next_r
         )
     finally:
         subprocess.run(["umount", "-l", str(disk)])
-
-
-CRASHER = Profile(
-    "its first answer exits without a word",
-    _edit_first_answer(lambda src, name: "import os\n\nos._exit(3)\n" + src),
-    _all_but_first,
-)
-
-
-def test_a_runner_that_cannot_keep_its_records_is_a_grader_error_graded_by_the_next_run(
-    clean, course_copy, tmp_path
-):
-    """The runner's `fault` line. On a job disk with under 64 MB free, an answer that leaves no
-    record may have crashed or may have found the disk full: the runner cannot tell, so it says
-    so, and the grader records nothing for the submission instead of a zero."""
-    course, submissions = course_copy
-    shutil.rmtree(submissions / NEWCOMER)
-    write_class(submissions, {NEWCOMER: CRASHER})
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)]).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    before, scratch = recorded(course), course.scratch
-    try:
-        course.scratch = disk / "scratch"
-        faulty = newcomer_outcomes(run_autograde(course, submissions, clean[2]))
-    finally:
-        subprocess.run(["umount", "-l", str(disk)])
-        course.scratch = scratch
-    assert len(faulty) == len(assignments())  # each assignment's first answer crashes
-    assert all(o.grader_fault and "not graded: grader error" in o.problem for o in faulty)
-    assert all("disk" in o.problem for o in faulty)
-    assert recorded(course) == before  # nothing recorded for the newcomer: no 0, no stamp
-    assert not list((course.results / NEWCOMER).glob("*.graded"))
-
-    regraded = newcomer_outcomes(run_autograde(course, submissions, clean[2]))
-    assert [o.problem for o in regraded if o.problem] == []
-    after = recorded(course)
-    assert {a: after[(NEWCOMER, a)] for a in assignments()} == {
-        a: expected_scores({NEWCOMER: CRASHER})[(NEWCOMER, a)] for a in assignments()
-    }
 
 
 def test_a_duplicated_answer_cell_is_graded_and_recorded_not_skipped(course_copy):

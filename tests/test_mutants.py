@@ -15,9 +15,9 @@ import torch
 from grader.checks import EXERCISES
 from grader.checks.core import Check, Exercise
 from grader.checks.mutation import equivalent, judge_mutant, mutants
-from grader.checks.probe import load_answer
 from grader.config import assignments
 from grader.notebook import answer_source, exercises_of, setup_code, source_notebook
+from grader.sandboxed.probe import load_answer
 
 SAMPLE = 80  # of ~560 mutants; the whole set takes ~100 s (bench/mutants.py)
 SPECIFIC = 0.95  # this sample measures 74 of 74, every mutant 0.99 (docs/mutants.md)

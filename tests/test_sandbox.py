@@ -21,7 +21,14 @@ import pytest
 
 import grader.sandbox
 from grader.config import REPO
-from grader.sandbox import Sandbox, SandboxUnavailable, _closed_to_others, available, symlinks_met
+from grader.sandbox import (
+    RUNNER_MODULE,
+    Sandbox,
+    SandboxUnavailable,
+    _closed_to_others,
+    available,
+    symlinks_met,
+)
 
 ORDINARY_USER = 4242  # no passwd entry is needed
 needs_bwrap = pytest.mark.skipif(not available(), reason="bubblewrap is not installed")
@@ -168,26 +175,42 @@ def test_a_job_inside_a_private_folder_is_reachable():
 
 
 @needs_bwrap
-def test_a_runner_that_cannot_start_is_refused_with_the_reason(monkeypatch):
-    # Leaving the grader's own code out stands for anything the runner needs and cannot see.
-    shown = grader.sandbox.visible_paths
-    monkeypatch.setattr(
-        grader.sandbox,
-        "visible_paths",
-        lambda keys: [p for p in shown(keys) if p != REPO / "grader"],
+def test_the_grader_is_neither_loaded_nor_importable_in_the_sandbox(tmp_path):
+    code = (
+        f"import sys, {RUNNER_MODULE}\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'grader'))\n"
+        "import grader"
     )
+    command = Sandbox().command([sys.executable, "-P", "-c", code], tmp_path)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.stdout == "[]\n", done.stderr[-2000:]
+    assert "ModuleNotFoundError: No module named 'grader'" in done.stderr
+
+
+@needs_bwrap
+def test_a_runner_that_cannot_start_is_refused_with_the_reason(monkeypatch):
+    # Leaving the course's reference out stands for anything the runner needs and cannot see.
+    shown = grader.sandbox.visible_paths
+
+    def without_the_reference(keys):
+        visible, masked = shown(keys)
+        return [p for p in visible if p != REPO / "norm_utils"], masked
+
+    monkeypatch.setattr(grader.sandbox, "visible_paths", without_the_reference)
     with pytest.raises(SandboxUnavailable) as refused:
         Sandbox()
     message = str(refused.value)
     assert "cannot start, so every student would score 0" in message
-    assert "ModuleNotFoundError: No module named 'grader" in message
+    assert "ModuleNotFoundError: No module named 'norm_utils'" in message
     assert "--unsafe-no-sandbox" in message
 
 
 @needs_bwrap
 def test_an_answer_key_inside_a_folder_the_runner_sees_is_refused(monkeypatch):
     # As when the checkout lies in the virtualenv (pip install -e git+...: <venv>/src/<name>).
-    monkeypatch.setattr(grader.sandbox, "visible_paths", lambda keys: [Path("/usr"), REPO.parent])
+    monkeypatch.setattr(
+        grader.sandbox, "visible_paths", lambda keys: ([Path("/usr"), REPO.parent], [])
+    )
     answer_key = REPO / "solutions"
     with pytest.raises(SandboxUnavailable, match=f"the answer key {answer_key} lies inside"):
         Sandbox()

@@ -21,8 +21,8 @@ import torch
 
 from grader.checks.core import Exercise, Verdict, judge, plan
 from grader.checks.integrity import forbidden_uses, integrity_message
-from grader.checks.probe import call
 from grader.config import kernel_seed
+from grader.sandboxed.probe import call
 
 
 # The check modules, found rather than listed: every module of this package that exports

@@ -39,16 +39,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, also_visible, to_array
+from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, also_visible
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, forbid
-from grader.checks.probe import shape_argument, tensors
 from grader.checks.properties import (
     BATCH_NORM_RUNNING,
     BATCH_NORM_TRAINING,
     GROUP_NORM_SETS,
     Complement,
     trailing_norm,
+)
+from grader.sandboxed.probes import (
+    probe_batch_norm,
+    probe_group_norm,
+    probe_predict,
+    probe_rms_norm,
+    probe_torch_momentum,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -156,34 +162,6 @@ BATCH_NORM_MISTAKES = (
 )
 
 
-def _snapshot(value) -> np.ndarray:
-    """The value now, so that later in-place updates cannot change what was recorded."""
-    return np.array(to_array(value), copy=True)
-
-
-def _probe_batch_norm(batch_norm, a: Arrays) -> Arrays:
-    """Training steps on a["training batch 1"], a["training batch 2"], ... then one evaluation
-    call on a["evaluation batch"]."""
-    running_mean, running_var, weight, bias = tensors(
-        a, "running_mean", "running_var", "weight", "bias"
-    )
-    options = {"momentum": float(a["momentum"]), "eps": float(a["eps"])}
-    out: Arrays = {}
-    steps = sorted((k for k in a if k.startswith("training batch")), key=lambda k: int(k[15:]))
-    for i, key in enumerate(steps):
-        (x,) = tensors(a, key)
-        y = batch_norm(x, running_mean, running_var, weight, bias, training=True, **options)
-        out[f"output of training step {i + 1}"] = _snapshot(y)
-        out[f"running_mean after training step {i + 1}"] = _snapshot(running_mean)
-        out[f"running_var after training step {i + 1}"] = _snapshot(running_var)
-    (x,) = tensors(a, "evaluation batch")
-    y = batch_norm(x, running_mean, running_var, weight, bias, training=False, **options)
-    out["output of the evaluation call"] = _snapshot(y)
-    out["running_mean after the evaluation call"] = _snapshot(running_mean)
-    out["running_var after the evaluation call"] = _snapshot(running_var)
-    return out
-
-
 def _bn_case(
     rng,
     batches: list[np.ndarray],
@@ -231,7 +209,7 @@ def _bn_steps(rng, shape, steps=3, eval_n=None, **kwargs) -> Arrays:
 BATCH_NORM = Exercise(
     name="batch_norm",
     reference=F.batch_norm,
-    probe=_probe_batch_norm,
+    probe=probe_batch_norm,
     forbidden=forbid(*NORMALIZATIONS),
     mistakes=BATCH_NORM_MISTAKES,
     properties=(BATCH_NORM_TRAINING, *BATCH_NORM_RUNNING),
@@ -303,20 +281,6 @@ def _keras_to_torch(keras_momentum: float) -> float:
     return 1.0 - keras_momentum
 
 
-def _probe_torch_momentum(torch_momentum, a: Arrays) -> Arrays:
-    """The PyTorch momentum the answer gives, and what nn.BatchNorm1d then stores."""
-    momentum = float(torch_momentum(float(a["keras_momentum"])))
-    bn = nn.BatchNorm1d(a["batches"].shape[-1], affine=False, momentum=momentum)
-    with torch.no_grad():
-        for batch in torch.from_numpy(a["batches"].copy()):
-            bn(batch)
-    return {
-        "momentum": np.array(momentum),
-        "running_mean": _snapshot(bn.running_mean),
-        "running_var": _snapshot(bn.running_var),
-    }
-
-
 def _momentum_case(rng, keras_momentum: float) -> Arrays:
     batches = (rng.normal(0.0, 2.0, (1, 1, 3)) + rng.standard_normal((4, 8, 3))).astype(np.float32)
     return {"keras_momentum": np.array(keras_momentum), "batches": batches}
@@ -325,7 +289,7 @@ def _momentum_case(rng, keras_momentum: float) -> Arrays:
 TORCH_MOMENTUM = Exercise(
     name="torch_momentum",
     reference=_keras_to_torch,
-    probe=_probe_torch_momentum,
+    probe=probe_torch_momentum,
     properties=(Complement(),),
     mistakes=(
         Mistake(
@@ -405,44 +369,6 @@ def _predict_back_to_train(model, x):
     return y
 
 
-def _model_from(a: Arrays) -> nn.Sequential:
-    """Linear → BatchNorm1d → ReLU → Linear, with the weights and buffers given in `a`."""
-    d, h = a["w1"].shape[1], a["w1"].shape[0]
-    model = nn.Sequential(nn.Linear(d, h), nn.BatchNorm1d(h), nn.ReLU(), nn.Linear(h, 3))
-    names = {
-        "0.weight": "w1",
-        "0.bias": "b1",
-        "1.weight": "gamma",
-        "1.bias": "beta",
-        "1.running_mean": "running_mean",
-        "1.running_var": "running_var",
-        "3.weight": "w2",
-        "3.bias": "b2",
-    }
-    state = {k: torch.from_numpy(a[v].copy()) for k, v in names.items()}
-    state["1.num_batches_tracked"] = torch.tensor(int(a["tracked"]))
-    model.load_state_dict(state)
-    model.train(bool(a["training"]))
-    return model
-
-
-def _probe_predict(predict, a: Arrays) -> Arrays:
-    model = _model_from(a)
-    (x,) = tensors(a, "x")
-    y = predict(model, x)
-    bn = model[1]
-    return {
-        "y": _snapshot(y),
-        "whether the output carries an autograd graph": np.array(
-            float(getattr(y, "requires_grad", False))
-        ),
-        "the model's mode after the call (train or eval)": np.array(float(model.training)),
-        "running_mean": _snapshot(bn.running_mean),
-        "running_var": _snapshot(bn.running_var),
-        "num_batches_tracked": _snapshot(bn.num_batches_tracked),
-    }
-
-
 def _predict_case(rng, n: int, training: bool) -> Arrays:
     d, h = 5, 6
     f32 = np.float32
@@ -465,7 +391,7 @@ def _predict_case(rng, n: int, training: bool) -> Arrays:
 PREDICT = Exercise(
     name="predict",
     reference=_predict_reference,
-    probe=_probe_predict,
+    probe=probe_predict,
     mistakes=(
         Mistake(
             "no_grad taken for eval",
@@ -559,11 +485,6 @@ def _group_norm_variant(
     return y
 
 
-def _probe_group_norm(group_norm, a: Arrays) -> Arrays:
-    x, weight, bias = tensors(a, "x", "weight", "bias")
-    return {"y": group_norm(x, int(a["num_groups"]), weight, bias, eps=float(a["eps"]))}
-
-
 def _gn_case(x: np.ndarray, groups: int, rng=None, eps: float = 1e-5) -> Arrays:
     case = {"x": x, "num_groups": np.array(groups), "eps": np.array(eps)}
     if rng is not None:
@@ -582,7 +503,7 @@ def _channels_apart(rng, *shape) -> np.ndarray:
 GROUP_NORM = Exercise(
     name="group_norm",
     reference=F.group_norm,
-    probe=_probe_group_norm,
+    probe=probe_group_norm,
     properties=(GROUP_NORM_SETS,),
     forms=(("x", "3-d"), ("x", "4-d")),
     forbidden=forbid(*NORMALIZATIONS),
@@ -702,13 +623,6 @@ def _rms_reference(x, normalized_shape, weight=None, eps=None):
     return F.rms_norm(x, shape, weight, eps)
 
 
-def _probe_rms_norm(rms_norm, a: Arrays) -> Arrays:
-    x, weight = tensors(a, "x", "weight")
-    shape = shape_argument(a["normalized_shape"])
-    eps = float(a["eps"]) if "eps" in a else None
-    return {"y": rms_norm(x, shape, weight, eps=eps)}
-
-
 def _rms_case(
     x: np.ndarray, ndims: int, rng=None, eps: float | None = None, as_int=False
 ) -> Arrays:
@@ -729,7 +643,7 @@ def _offset_rows(rng, *shape, dtype=np.float32) -> np.ndarray:
 RMS_NORM = Exercise(
     name="rms_norm",
     reference=_rms_reference,
-    probe=_probe_rms_norm,
+    probe=probe_rms_norm,
     properties=(trailing_norm(centered=False),),
     forms=(
         ("normalized_shape", "int"),

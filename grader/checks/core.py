@@ -25,11 +25,7 @@ import numpy as np
 
 from grader.checks.library import Forbidden
 from grader.checks.properties import Property, explain, extent
-
-# Inputs, and outputs keyed by what feedback calls them: a name the exercise's text uses
-# (`y`, `running_mean`, `grad_x`) or a few words ("output of training step 1").
-Arrays = dict[str, np.ndarray]
-Probe = Callable[[Any, Arrays], Arrays]
+from grader.sandboxed.probe import Arrays, Outputs, Probe, StudentError, outputs_of
 
 
 @dataclass(frozen=True)
@@ -104,24 +100,6 @@ class Exercise:
         return sum(c.points for c in self.checks)
 
 
-@dataclass(frozen=True)
-class StudentError:
-    """The student's code raised (or crashed) instead of returning arrays."""
-
-    kind: str  # exception type name, or "crash" / "timeout"
-    message: str
-
-    def describe(self, name: str) -> str:
-        if self.kind == "NotImplementedError":
-            return f"`{name}` is not implemented yet (it raises NotImplementedError)."
-        if self.kind in {"returned", "crash", "timeout", "missing"}:
-            return self.message
-        return f"`{name}` raised {self.kind}: {self.message}"
-
-
-Outputs = Arrays | StudentError
-
-
 @dataclass
 class CheckOutcome:
     check: Check
@@ -189,20 +167,6 @@ class Verdict:
         return "\n".join(lines)
 
 
-class UnusableOutput(TypeError):
-    pass
-
-
-def to_array(value: Any) -> np.ndarray:
-    """A plain numeric array from whatever the student returned (tensor, array, list)."""
-    if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
-    array = np.asarray(value)
-    if not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_):
-        raise UnusableOutput(f"returned {type(value).__name__}, not a tensor of numbers")
-    return array
-
-
 def upcast(inputs: Arrays) -> Arrays:
     return {
         k: v.astype(np.float64) if np.issubdtype(v.dtype, np.floating) else v
@@ -247,11 +211,6 @@ def margin(got: Arrays, want: Arrays, check: Check) -> float:
         ratio = np.where(both_nan, 0.0, np.abs(actual - expected) / allowance)
         worst = max(worst, float(np.nanmax(ratio)) if ratio.size else 0.0)
     return worst
-
-
-def outputs_of(exercise: Exercise, impl: Any, inputs: Arrays) -> Arrays:
-    """Run the exercise's probe on `impl` (the student's, the reference, or a mistake)."""
-    return {k: to_array(v) for k, v in exercise.probe(impl, inputs).items()}
 
 
 def expected_outputs(exercise: Exercise, check: Check, inputs: Arrays) -> Arrays:

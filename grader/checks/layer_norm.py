@@ -27,10 +27,11 @@ import torch
 from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, also_visible
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, VARIANCE, forbid
-from grader.checks.probe import shape_argument, tensors, trailing_dims
 from grader.checks.properties import LAYER_NORM_BACKWARD as BACKWARD_INVARIANTS
 from grader.checks.properties import Variance, trailing_norm
 from grader.reference import functional as ref
+from grader.sandboxed.probe import trailing_dims
+from grader.sandboxed.probes import probe_backward, probe_layer_norm, probe_var
 
 # ---------------------------------------------------------------------------------------------
 # layer_norm
@@ -133,12 +134,6 @@ LAYER_NORM_MISTAKES = (
 )
 
 
-def _probe_layer_norm(layer_norm, a: Arrays) -> Arrays:
-    x, weight, bias = tensors(a, "x", "weight", "bias")
-    shape = shape_argument(a["normalized_shape"])
-    return {"y": layer_norm(x, shape, weight, bias, eps=float(a["eps"]))}
-
-
 def _ln_case(x: np.ndarray, ndims: int, rng=None, eps: float = 1e-5, as_int=False) -> Arrays:
     """Inputs for one call; with `rng`, a random weight and bias of shape normalized_shape;
     `as_int`: normalized_shape given as the int D rather than the tuple (D,)."""
@@ -168,7 +163,7 @@ def _apart(rng, *shape) -> np.ndarray:
 LAYER_NORM = Exercise(
     name="layer_norm",
     reference=ref.layer_norm,
-    probe=_probe_layer_norm,
+    probe=probe_layer_norm,
     forbidden=forbid(*NORMALIZATIONS),
     mistakes=LAYER_NORM_MISTAKES,
     properties=(trailing_norm(centered=True),),
@@ -265,11 +260,6 @@ def _var_naive(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return (x * x).mean(dim) - x.mean(dim) ** 2
 
 
-def _probe_var(stable_var, a: Arrays) -> Arrays:
-    (x,) = tensors(a, "x")
-    return {"var": stable_var(x, dim=int(a["dim"]))}
-
-
 def _var_case(x: np.ndarray, dim: int = -1) -> Arrays:
     return {"x": x, "dim": np.array(dim)}
 
@@ -277,7 +267,7 @@ def _var_case(x: np.ndarray, dim: int = -1) -> Arrays:
 STABLE_VAR = Exercise(
     name="stable_var",
     reference=_var_reference,
-    probe=_probe_var,
+    probe=probe_var,
     forbidden=forbid(VARIANCE, *NORMALIZATIONS),
     properties=(Variance(),),
     mistakes=(
@@ -347,17 +337,6 @@ def _backward_variant(
     return grad_x, (grad_out * x_hat).sum(lead), grad_out.sum(lead)
 
 
-def _probe_backward(layer_norm_backward, a: Arrays) -> Arrays:
-    grad_out, x, weight = tensors(a, "grad_out", "x", "weight")
-    shape = shape_argument(a["normalized_shape"])
-    grads = layer_norm_backward(grad_out, x, shape, weight, eps=float(a["eps"]))
-    names = ("grad_x", "grad_weight", "grad_bias")
-    out = {n: g for n, g in zip(names, grads, strict=True) if g is not None}
-    if weight is None:  # the exercise promises None for both, not gradients of a missing weight
-        out["whether grad_weight and grad_bias are None"] = np.array(len(out) == 1)
-    return out
-
-
 def _backward_case(rng, *shape, ndims=1, weight=True, scale=1.0, eps=1e-5, as_int=False) -> Arrays:
     x = rng.standard_normal(shape) * scale
     case = {
@@ -376,7 +355,7 @@ _F64 = {"rtol": 1e-7, "atol": 1e-9}
 LAYER_NORM_BACKWARD = Exercise(
     name="layer_norm_backward",
     reference=ref.layer_norm_backward,
-    probe=_probe_backward,
+    probe=probe_backward,
     properties=BACKWARD_INVARIANTS,
     **_F64,
     forbidden=forbid(*NORMALIZATIONS),

@@ -21,7 +21,7 @@ import numpy as np
 
 from grader.checks import run
 from grader.checks.core import Arrays, Exercise, Outputs, StudentError, Verdict, plan
-from grader.checks.probe import call, load_answer
+from grader.sandboxed.probe import call, load_answer
 
 _SWAPPED_OPS = {
     ast.Add: ast.Sub,

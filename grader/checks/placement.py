@@ -26,14 +26,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 from torch import nn
 
 from grader.checks.core import Arrays, Check, Exercise, Mistake
 from grader.checks.library import LIBRARY_BLOCKS, LIBRARY_STACKS, forbid
-from grader.checks.probe import tensors
-from grader.reference.blocks import PostLNBlock, PreLNBlock, _Block
-from norm_utils.blocks import Encoder, TinyLM
+from grader.reference.blocks import PostLNBlock, PreLNBlock
+from grader.sandboxed import probes
+from grader.sandboxed.probes import ALONE, probe_block, probe_stack
+from norm_utils.blocks import Encoder
 
 SWITCH_OFF = ("self_attn.out_proj.weight", "linear2.weight")  # zeroed: F₁ ≡ b₁, F₂ ≡ b₂
 _TOL = {"rtol": 1e-7, "atol": 1e-9}  # float64 throughout; every mistake moves outputs by ~1
@@ -114,92 +114,7 @@ def _stack_case(
 
 
 # ---------------------------------------------------------------------------------------------
-# Probes (run in the student's process)
-
-
-class BuiltOnLibrary(RuntimeError):
-    """The answer is, or delegates to, a library block. The static source scan cannot see this
-    for a class defined in a notebook (`inspect.getsource` fails there), so the probe looks."""
-
-
-_TRUSTED: set = set()  # the references and the mistakes (filled in below); never a student's
-
-
-def _own_work(factory, module: nn.Module, library: tuple[type, ...]) -> None:
-    """Refuse an answer that is, subclasses or wraps one of the `library` modules."""
-    if factory in _TRUSTED:
-        return
-    for m in module.modules():
-        if isinstance(m, library):
-            kind = f"{type(m).__module__}.{type(m).__name__}"
-            raise BuiltOnLibrary(
-                f"it is, or contains, the library's {kind}; this exercise asks you to write it "
-                "yourself, so it earns no points"
-            )
-
-
-def _load(module: nn.Module, a: Arrays) -> nn.Module:
-    """The module in float64 with the case's weights (strict: every name must match)."""
-    module = module.double()
-    state = {k[2:]: torch.from_numpy(v.copy()) for k, v in a.items() if k.startswith("w:")}
-    module.load_state_dict(state)
-    return module.eval()  # dropout, if a student added some, must not perturb the check
-
-
-ALONE = "how much the first sample's output changes when it runs alone"
-
-
-def _forward_backward(module: nn.Module, a: Arrays, alone: bool = True) -> dict[str, torch.Tensor]:
-    """Output and input gradient; with `alone`, also the first sample run by itself (a sample's
-    output must not depend on the rest of the batch)."""
-    x, cotangent = tensors(a, "x", "cotangent")
-    x.requires_grad_(True)
-    y = module(x)
-    (y * cotangent).sum().backward()
-    out = {"output": y, "gradient with respect to the input": x.grad}
-    if alone:
-        with torch.no_grad():
-            out[ALONE] = module(x[:1].detach()) - y[:1].detach()
-    return out
-
-
-def _probe_block(block_cls, a: Arrays) -> dict[str, torch.Tensor]:
-    d, heads, d_ff = (int(v) for v in a["dims"])
-    block = block_cls(d, heads, d_ff)
-    _own_work(block_cls, block, _LIBRARY_BLOCKS)
-    block = _load(block, a)
-    if "f1_weight" not in a:
-        return _forward_backward(block, a)
-
-    # Stand-in sublayers: F₁(x) = tanh(x A) + c, F₂(x) = x B. An instance attribute shadows the
-    # method, so the student's forward calls these wherever it calls self._sa_block/_ff_block.
-    f1_weight, f1_bias, f2_weight = tensors(a, "f1_weight", "f1_bias", "f2_weight")
-    block._sa_block = lambda x, *args, **kwargs: torch.tanh(x @ f1_weight) + f1_bias
-    block._ff_block = lambda x, *args, **kwargs: x @ f2_weight
-    seen: dict[str, list[torch.Tensor]] = {"norm1": [], "norm2": []}
-    for name, inputs in seen.items():
-        getattr(block, name).register_forward_hook(
-            lambda module, args, out, inputs=inputs: inputs.append(args[0].detach().clone())
-        )
-    result = _forward_backward(block, a, alone=False)  # stand-ins never mix samples
-    # Structure first, so that feedback names the norm that is misplaced before the output.
-    out = {
-        "how many times norm1 and norm2 are called": torch.tensor([len(v) for v in seen.values()])
-    }
-    for name, inputs in seen.items():  # what each norm reads (first call; empty if never called)
-        out[f"what {name} receives"] = inputs[0] if inputs else torch.zeros(0)
-    return out | result
-
-
-def _probe_stack(encoder_cls, a: Arrays) -> dict[str, torch.Tensor]:
-    layers, d, heads, d_ff = (int(v) for v in a["dims"])
-    encoder = encoder_cls(layers, d, heads, d_ff)
-    _own_work(encoder_cls, encoder, _LIBRARY_STACKS)
-    return _forward_backward(_load(encoder, a), a)
-
-
-# ---------------------------------------------------------------------------------------------
-# References: PyTorch's own layers (the tests hold the reference blocks to them too)
+# References: PyTorch's own layers (the blocks are also checked against norm_utils in the tests)
 
 
 def torch_post_ln(d_model: int, n_heads: int, d_ff: int) -> nn.Module:
@@ -550,7 +465,7 @@ def _block_checks(placement: str, switched_off: str) -> tuple[Check, ...]:
 POST_LN_BLOCK = Exercise(
     name="PostLNBlock",
     reference=torch_post_ln,
-    probe=_probe_block,
+    probe=probe_block,
     checks=_block_checks("norm_first=False", "LN₂(LN₁(x + b₁) + b₂)"),
     mistakes=POST_LN_MISTAKES,
     **_TOL,
@@ -561,7 +476,7 @@ POST_LN_BLOCK = Exercise(
 PRE_LN_BLOCK = Exercise(
     name="PreLNBlock",
     reference=torch_pre_ln,
-    probe=_probe_block,
+    probe=probe_block,
     checks=_block_checks("norm_first=True", "x + b₁ + b₂, the residual path untouched"),
     mistakes=PRE_LN_MISTAKES,
     **_TOL,
@@ -572,7 +487,7 @@ PRE_LN_BLOCK = Exercise(
 PRE_LN_ENCODER = Exercise(
     name="PreLNEncoder",
     reference=reference_pre_ln_encoder,
-    probe=_probe_stack,
+    probe=probe_stack,
     checks=(
         Check(
             "a 3-layer stack: outputs and input gradients equal nn.TransformerEncoder with "
@@ -607,9 +522,7 @@ PRE_LN_ENCODER = Exercise(
 
 EXERCISES = (POST_LN_BLOCK, PRE_LN_BLOCK, PRE_LN_ENCODER)
 
-_LIBRARY_STACKS = (nn.TransformerEncoder, nn.Transformer, Encoder, TinyLM)
-_LIBRARY_BLOCKS = (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer, _Block, *_LIBRARY_STACKS)
-_TRUSTED.update(
+probes.TRUSTED.update(
     {e.reference for e in EXERCISES}
     | {m.impl for e in EXERCISES for m in e.mistakes}
     | {PostLNBlock, PreLNBlock}  # the reference blocks, so the tests can hold them to the checks

@@ -24,9 +24,9 @@ import torch
 
 from grader.checks.core import Arrays, Check, Exercise, Mistake, also_visible
 from grader.checks.library import MASKED_MEAN, NORMALIZATIONS, SEQUENCE_MASKS, forbid
-from grader.checks.probe import tensors
 from grader.checks.properties import MASKED_BATCH_NORM, MASKED_RUNNING
 from grader.reference import masking as ref
+from grader.sandboxed.probes import probe_mask, probe_masked_bn, probe_pool
 
 
 def _lengths_mask(lengths: np.ndarray, max_len: int) -> np.ndarray:
@@ -78,14 +78,6 @@ def _mask_variant(
     return mask.long() if as_numbers else mask
 
 
-def _probe_mask(lengths_to_mask, a: Arrays) -> Arrays:
-    lengths = a["lengths"].tolist() if "as_list" in a else torch.from_numpy(a["lengths"].copy())
-    args = (lengths,) if "max_len" not in a else (lengths, int(a["max_len"]))
-    mask = lengths_to_mask(*args)
-    is_bool = getattr(mask, "dtype", None) in (torch.bool, np.bool_)
-    return {"mask": torch.as_tensor(np.asarray(mask)) != 0, "bool dtype": np.array(is_bool)}
-
-
 def _mask_case(lengths, max_len=None, **flags) -> Arrays:
     case = {"lengths": np.asarray(lengths, dtype=np.int64)}
     if max_len is not None:
@@ -120,7 +112,7 @@ def _too_long(rng) -> Arrays:
 LENGTHS_TO_MASK = Exercise(
     name="lengths_to_mask",
     reference=ref.lengths_to_mask,
-    probe=_probe_mask,
+    probe=probe_mask,
     forms=(("lengths", "list"), ("lengths", "Tensor")),
     forbidden=forbid(SEQUENCE_MASKS),
     mistakes=(
@@ -270,36 +262,6 @@ def _masked_bn_variant(
     return y * m if multiply_mask else torch.where(m, y, 0.0)
 
 
-def _probe_masked_bn(masked_batch_norm, a: Arrays) -> Arrays:
-    """Run the scenario: one call per step (training or eval), sharing the running statistics."""
-    running_mean, running_var, weight, bias = tensors(
-        a, "running_mean", "running_var", "weight", "bias"
-    )
-    kwargs = {
-        "running_mean": running_mean,
-        "running_var": running_var,
-        "weight": weight,
-        "bias": bias,
-        "momentum": float(a["momentum"]),
-        "eps": float(a["eps"]),
-    }
-    real, padding = [], []
-    for step, training in enumerate(a["training"].tolist()):
-        x = torch.from_numpy(a["x"][step].copy())
-        mask = torch.from_numpy(a["mask"][step].copy())
-        y = masked_batch_norm(x, mask, training=bool(training), **kwargs)
-        if tuple(getattr(y, "shape", ())) != tuple(x.shape):
-            return {"output": y}  # reported as a shape mismatch
-        real.append(y[mask])
-        padding.append(y[~mask])
-    out = {"output at real tokens": torch.cat(real)}
-    if running_mean is not None:
-        out |= {"running_mean": running_mean, "running_var": running_var}
-    if "grade_padding" in a:
-        out["output at padding"] = torch.cat(padding)
-    return out
-
-
 def _bn_scenario(
     rng,
     steps,
@@ -366,7 +328,7 @@ def _eval_composition(rng) -> Arrays:
 MASKED_BATCH_NORM = Exercise(
     name="masked_batch_norm",
     reference=ref.masked_batch_norm,
-    probe=_probe_masked_bn,
+    probe=probe_masked_bn,
     properties=(MASKED_BATCH_NORM, *MASKED_RUNNING),
     rtol=1e-4,  # float32 statistics over a few hundred tokens and four steps
     atol=1e-4,
@@ -511,11 +473,6 @@ def _pool_variant(
     return total / (count.clamp(min=1) if empty == "zero" else count)
 
 
-def _probe_pool(masked_mean_pool, a: Arrays) -> Arrays:
-    h, mask = tensors(a, "x", "mask")
-    return {"pooled mean": masked_mean_pool(h, mask)}
-
-
 def _pool_case(rng, lengths, max_len=None, pad="garbage", **flags) -> Arrays:
     return _padded(rng, lengths, max_len, dim=5, pad=pad) | {
         k: np.array(True) for k, v in flags.items() if v
@@ -536,7 +493,7 @@ def _pool_empty_row(rng) -> Arrays:
 MASKED_MEAN_POOL = Exercise(
     name="masked_mean_pool",
     reference=partial(ref.masked_mean, dim=1),
-    probe=_probe_pool,
+    probe=probe_pool,
     forbidden=forbid(MASKED_MEAN, own=("masked_mean_pool",)),
     mistakes=(
         Mistake(

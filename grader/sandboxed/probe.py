@@ -1,23 +1,84 @@
-"""The student's side of a check: call the answer on given inputs, return plain arrays.
+"""The student's side of a check: load an answer, call it on given inputs, return plain arrays.
 
-This module runs wherever the student's code runs (their kernel, or the grading sandbox). It
-trusts nothing the answer returns beyond converting it to numbers, and it records any call to a
-library normalization the exercise forbids, so that a run-time use can be reported even when
-the source hides it from the static scan.
+This module runs wherever the student's code runs (their kernel, `grader check`, or the grading
+sandbox). It trusts nothing the answer returns beyond converting it to numbers, and it notes any
+call to a library normalization the exercise forbids (the run-time tripwire), so that a use the
+source hides from the static scan can still be reported. The tripwire lives in the answer's own
+process, so the answer can reach it: it is a second opinion, not a guarantee.
+
+What it needs of an exercise is its `name`, its `probe` (a function of `probes`) and its
+`forbidden` names: a `grader.checks.core.Exercise` in the grader's process, a `Task` in the
+sandboxed runner, which has nothing else of the exercise.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
-from grader.checks.core import Arrays, Exercise, Outputs, StudentError, UnusableOutput, outputs_of
+# Inputs, and outputs keyed by what feedback calls them: a name the exercise's text uses
+# (`y`, `running_mean`, `grad_x`) or a few words ("output of training step 1").
+Arrays = dict[str, np.ndarray]
+Probe = Callable[[Any, Arrays], dict[str, Any]]
+
+
+class Probed(Protocol):
+    name: str
+    probe: Probe
+    forbidden: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Task:
+    """An exercise as the sandboxed runner knows it: what to call, and how."""
+
+    name: str
+    probe: Probe
+    forbidden: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StudentError:
+    """The student's code raised (or crashed) instead of returning arrays."""
+
+    kind: str  # exception type name, or "crash" / "timeout"
+    message: str
+
+    def describe(self, name: str) -> str:
+        if self.kind == "NotImplementedError":
+            return f"`{name}` is not implemented yet (it raises NotImplementedError)."
+        if self.kind in {"returned", "crash", "timeout", "missing"}:
+            return self.message
+        return f"`{name}` raised {self.kind}: {self.message}"
+
+
+Outputs = Arrays | StudentError
+
+
+class UnusableOutput(TypeError):
+    pass
+
+
+def to_array(value: Any) -> np.ndarray:
+    """A plain numeric array from whatever the student returned (tensor, array, list)."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    array = np.asarray(value)
+    if not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_):
+        raise UnusableOutput(f"returned {type(value).__name__}, not a tensor of numbers")
+    return array
+
+
+def outputs_of(exercise: Probed, impl: Any, inputs: Arrays) -> Arrays:
+    """Run the exercise's probe on `impl` (the student's, the reference, or a mistake)."""
+    return {k: to_array(v) for k, v in exercise.probe(impl, inputs).items()}
 
 
 class _TorchTripwire(TorchFunctionMode):
@@ -49,7 +110,7 @@ def _reference_calls(names: frozenset[str], seen: set[str]):
 
 
 @contextmanager
-def tripwires(exercise: Exercise) -> Iterator[set[str]]:
+def tripwires(exercise: Probed) -> Iterator[set[str]]:
     """Note every forbidden library call made inside the block into the yielded set."""
     names, seen = frozenset(exercise.forbidden), set()
     previous = sys.getprofile()
@@ -61,7 +122,7 @@ def tripwires(exercise: Exercise) -> Iterator[set[str]]:
         sys.setprofile(previous)
 
 
-def call(exercise: Exercise, answer: Any, inputs: Arrays) -> tuple[Outputs, set[str]]:
+def call(exercise: Probed, answer: Any, inputs: Arrays) -> tuple[Outputs, set[str]]:
     """Run the exercise's probe on the student's answer; return its outputs and forbidden calls."""
     with tripwires(exercise) as seen:
         module = getattr(answer, "__module__", None) or ""

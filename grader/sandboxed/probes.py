@@ -1,0 +1,290 @@
+"""Each exercise's probe: how an answer is called on one case's inputs, and what is kept of it.
+
+A probe runs wherever the answer runs (the grading sandbox, the student's kernel) and, in the
+grader's process, on the reference and on every known mistake. It returns what the exercise's
+feedback names (`y`, "running_mean after training step 1"), as tensors or arrays; judging them
+is the grader's, elsewhere. The sandboxed runner finds an exercise's probe by name in `PROBES`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from .probe import Arrays, shape_argument, tensors, to_array
+
+_TRANSFORMER = "torch.nn.modules.transformer"
+LIBRARY_STACKS = frozenset(
+    {
+        f"{_TRANSFORMER}.TransformerEncoder",
+        f"{_TRANSFORMER}.Transformer",
+        "norm_utils.blocks.Encoder",
+        "norm_utils.blocks.TinyLM",
+    }
+)
+LIBRARY_BLOCKS = LIBRARY_STACKS | {
+    f"{_TRANSFORMER}.TransformerEncoderLayer",
+    f"{_TRANSFORMER}.TransformerDecoderLayer",
+    "grader.reference.blocks._Block",
+}
+# The references and the known mistakes, which may be built on the library: filled in by the
+# grader's checks in the grader's process, and so always empty where a student's code runs.
+TRUSTED: set = set()
+
+
+def probe_layer_norm(layer_norm, a: Arrays) -> Arrays:
+    x, weight, bias = tensors(a, "x", "weight", "bias")
+    shape = shape_argument(a["normalized_shape"])
+    return {"y": layer_norm(x, shape, weight, bias, eps=float(a["eps"]))}
+
+
+def probe_var(stable_var, a: Arrays) -> Arrays:
+    (x,) = tensors(a, "x")
+    return {"var": stable_var(x, dim=int(a["dim"]))}
+
+
+def probe_backward(layer_norm_backward, a: Arrays) -> Arrays:
+    grad_out, x, weight = tensors(a, "grad_out", "x", "weight")
+    shape = shape_argument(a["normalized_shape"])
+    grads = layer_norm_backward(grad_out, x, shape, weight, eps=float(a["eps"]))
+    names = ("grad_x", "grad_weight", "grad_bias")
+    out = {n: g for n, g in zip(names, grads, strict=True) if g is not None}
+    if weight is None:  # the exercise promises None for both, not gradients of a missing weight
+        out["whether grad_weight and grad_bias are None"] = np.array(len(out) == 1)
+    return out
+
+
+def snapshot(value) -> np.ndarray:
+    """The value now, so that later in-place updates cannot change what was recorded."""
+    return np.array(to_array(value), copy=True)
+
+
+def probe_batch_norm(batch_norm, a: Arrays) -> Arrays:
+    """Training steps on a["training batch 1"], a["training batch 2"], ... then one evaluation
+    call on a["evaluation batch"]."""
+    running_mean, running_var, weight, bias = tensors(
+        a, "running_mean", "running_var", "weight", "bias"
+    )
+    options = {"momentum": float(a["momentum"]), "eps": float(a["eps"])}
+    out: Arrays = {}
+    steps = sorted((k for k in a if k.startswith("training batch")), key=lambda k: int(k[15:]))
+    for i, key in enumerate(steps):
+        (x,) = tensors(a, key)
+        y = batch_norm(x, running_mean, running_var, weight, bias, training=True, **options)
+        out[f"output of training step {i + 1}"] = snapshot(y)
+        out[f"running_mean after training step {i + 1}"] = snapshot(running_mean)
+        out[f"running_var after training step {i + 1}"] = snapshot(running_var)
+    (x,) = tensors(a, "evaluation batch")
+    y = batch_norm(x, running_mean, running_var, weight, bias, training=False, **options)
+    out["output of the evaluation call"] = snapshot(y)
+    out["running_mean after the evaluation call"] = snapshot(running_mean)
+    out["running_var after the evaluation call"] = snapshot(running_var)
+    return out
+
+
+def probe_torch_momentum(torch_momentum, a: Arrays) -> Arrays:
+    """The PyTorch momentum the answer gives, and what nn.BatchNorm1d then stores."""
+    momentum = float(torch_momentum(float(a["keras_momentum"])))
+    bn = nn.BatchNorm1d(a["batches"].shape[-1], affine=False, momentum=momentum)
+    with torch.no_grad():
+        for batch in torch.from_numpy(a["batches"].copy()):
+            bn(batch)
+    return {
+        "momentum": np.array(momentum),
+        "running_mean": snapshot(bn.running_mean),
+        "running_var": snapshot(bn.running_var),
+    }
+
+
+def _model_from(a: Arrays) -> nn.Sequential:
+    """Linear → BatchNorm1d → ReLU → Linear, with the weights and buffers given in `a`."""
+    d, h = a["w1"].shape[1], a["w1"].shape[0]
+    model = nn.Sequential(nn.Linear(d, h), nn.BatchNorm1d(h), nn.ReLU(), nn.Linear(h, 3))
+    names = {
+        "0.weight": "w1",
+        "0.bias": "b1",
+        "1.weight": "gamma",
+        "1.bias": "beta",
+        "1.running_mean": "running_mean",
+        "1.running_var": "running_var",
+        "3.weight": "w2",
+        "3.bias": "b2",
+    }
+    state = {k: torch.from_numpy(a[v].copy()) for k, v in names.items()}
+    state["1.num_batches_tracked"] = torch.tensor(int(a["tracked"]))
+    model.load_state_dict(state)
+    model.train(bool(a["training"]))
+    return model
+
+
+def probe_predict(predict, a: Arrays) -> Arrays:
+    model = _model_from(a)
+    (x,) = tensors(a, "x")
+    y = predict(model, x)
+    bn = model[1]
+    return {
+        "y": snapshot(y),
+        "whether the output carries an autograd graph": np.array(
+            float(getattr(y, "requires_grad", False))
+        ),
+        "the model's mode after the call (train or eval)": np.array(float(model.training)),
+        "running_mean": snapshot(bn.running_mean),
+        "running_var": snapshot(bn.running_var),
+        "num_batches_tracked": snapshot(bn.num_batches_tracked),
+    }
+
+
+def probe_group_norm(group_norm, a: Arrays) -> Arrays:
+    x, weight, bias = tensors(a, "x", "weight", "bias")
+    return {"y": group_norm(x, int(a["num_groups"]), weight, bias, eps=float(a["eps"]))}
+
+
+def probe_rms_norm(rms_norm, a: Arrays) -> Arrays:
+    x, weight = tensors(a, "x", "weight")
+    shape = shape_argument(a["normalized_shape"])
+    eps = float(a["eps"]) if "eps" in a else None
+    return {"y": rms_norm(x, shape, weight, eps=eps)}
+
+
+def probe_mask(lengths_to_mask, a: Arrays) -> Arrays:
+    lengths = a["lengths"].tolist() if "as_list" in a else torch.from_numpy(a["lengths"].copy())
+    args = (lengths,) if "max_len" not in a else (lengths, int(a["max_len"]))
+    mask = lengths_to_mask(*args)
+    is_bool = getattr(mask, "dtype", None) in (torch.bool, np.bool_)
+    return {"mask": torch.as_tensor(np.asarray(mask)) != 0, "bool dtype": np.array(is_bool)}
+
+
+def probe_masked_bn(masked_batch_norm, a: Arrays) -> Arrays:
+    """Run the scenario: one call per step (training or eval), sharing the running statistics."""
+    running_mean, running_var, weight, bias = tensors(
+        a, "running_mean", "running_var", "weight", "bias"
+    )
+    kwargs = {
+        "running_mean": running_mean,
+        "running_var": running_var,
+        "weight": weight,
+        "bias": bias,
+        "momentum": float(a["momentum"]),
+        "eps": float(a["eps"]),
+    }
+    real, padding = [], []
+    for step, training in enumerate(a["training"].tolist()):
+        x = torch.from_numpy(a["x"][step].copy())
+        mask = torch.from_numpy(a["mask"][step].copy())
+        y = masked_batch_norm(x, mask, training=bool(training), **kwargs)
+        if tuple(getattr(y, "shape", ())) != tuple(x.shape):
+            return {"output": y}  # reported as a shape mismatch
+        real.append(y[mask])
+        padding.append(y[~mask])
+    out = {"output at real tokens": torch.cat(real)}
+    if running_mean is not None:
+        out |= {"running_mean": running_mean, "running_var": running_var}
+    if "grade_padding" in a:
+        out["output at padding"] = torch.cat(padding)
+    return out
+
+
+def probe_pool(masked_mean_pool, a: Arrays) -> Arrays:
+    h, mask = tensors(a, "x", "mask")
+    return {"pooled mean": masked_mean_pool(h, mask)}
+
+
+class BuiltOnLibrary(RuntimeError):
+    """The answer is, or delegates to, a library block. The static source scan cannot see this
+    for a class defined in a notebook (`inspect.getsource` fails there), so the probe looks."""
+
+
+def _own_work(factory, module: nn.Module, library: frozenset[str]) -> None:
+    """Refuse an answer that is, subclasses or wraps one of the `library` modules (named by
+    module and class, so that this package need not import norm_utils to know its blocks)."""
+    if factory in TRUSTED:
+        return
+    for m in module.modules():
+        kinds = {f"{c.__module__}.{c.__qualname__}" for c in type(m).__mro__}
+        if kinds & library:
+            kind = f"{type(m).__module__}.{type(m).__name__}"
+            raise BuiltOnLibrary(
+                f"it is, or contains, the library's {kind}; this exercise asks you to write it "
+                "yourself, so it earns no points"
+            )
+
+
+def _load(module: nn.Module, a: Arrays) -> nn.Module:
+    """The module in float64 with the case's weights (strict: every name must match)."""
+    module = module.double()
+    state = {k[2:]: torch.from_numpy(v.copy()) for k, v in a.items() if k.startswith("w:")}
+    module.load_state_dict(state)
+    return module.eval()  # dropout, if a student added some, must not perturb the check
+
+
+ALONE = "how much the first sample's output changes when it runs alone"
+
+
+def _forward_backward(module: nn.Module, a: Arrays, alone: bool = True) -> dict[str, torch.Tensor]:
+    """Output and input gradient; with `alone`, also the first sample run by itself (a sample's
+    output must not depend on the rest of the batch)."""
+    x, cotangent = tensors(a, "x", "cotangent")
+    x.requires_grad_(True)
+    y = module(x)
+    (y * cotangent).sum().backward()
+    out = {"output": y, "gradient with respect to the input": x.grad}
+    if alone:
+        with torch.no_grad():
+            out[ALONE] = module(x[:1].detach()) - y[:1].detach()
+    return out
+
+
+def probe_block(block_cls, a: Arrays) -> dict[str, torch.Tensor]:
+    d, heads, d_ff = (int(v) for v in a["dims"])
+    block = block_cls(d, heads, d_ff)
+    _own_work(block_cls, block, LIBRARY_BLOCKS)
+    block = _load(block, a)
+    if "f1_weight" not in a:
+        return _forward_backward(block, a)
+
+    # Stand-in sublayers: F₁(x) = tanh(x A) + c, F₂(x) = x B. An instance attribute shadows the
+    # method, so the student's forward calls these wherever it calls self._sa_block/_ff_block.
+    f1_weight, f1_bias, f2_weight = tensors(a, "f1_weight", "f1_bias", "f2_weight")
+    block._sa_block = lambda x, *args, **kwargs: torch.tanh(x @ f1_weight) + f1_bias
+    block._ff_block = lambda x, *args, **kwargs: x @ f2_weight
+    seen: dict[str, list[torch.Tensor]] = {"norm1": [], "norm2": []}
+    for name, inputs in seen.items():
+        getattr(block, name).register_forward_hook(
+            lambda module, args, out, inputs=inputs: inputs.append(args[0].detach().clone())
+        )
+    result = _forward_backward(block, a, alone=False)  # stand-ins never mix samples
+    # Structure first, so that feedback names the norm that is misplaced before the output.
+    out = {
+        "how many times norm1 and norm2 are called": torch.tensor([len(v) for v in seen.values()])
+    }
+    for name, inputs in seen.items():  # what each norm reads (first call; empty if never called)
+        out[f"what {name} receives"] = inputs[0] if inputs else torch.zeros(0)
+    return out | result
+
+
+def probe_stack(encoder_cls, a: Arrays) -> dict[str, torch.Tensor]:
+    layers, d, heads, d_ff = (int(v) for v in a["dims"])
+    encoder = encoder_cls(layers, d, heads, d_ff)
+    _own_work(encoder_cls, encoder, LIBRARY_STACKS)
+    return _forward_backward(_load(encoder, a), a)
+
+
+PROBES = {
+    probe.__name__: probe
+    for probe in (
+        probe_layer_norm,
+        probe_var,
+        probe_backward,
+        probe_batch_norm,
+        probe_torch_momentum,
+        probe_predict,
+        probe_group_norm,
+        probe_rms_norm,
+        probe_mask,
+        probe_masked_bn,
+        probe_pool,
+        probe_block,
+        probe_stack,
+    )
+}
