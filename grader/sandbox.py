@@ -216,8 +216,8 @@ def runner_package() -> list[str]:
 
 def runner_setup(setup: str) -> str:
     """A notebook's imports cell as the runner runs it before each answer: without its imports
-    of `grader` (the student's own `check` and `grade`), which answers do not use and which the
-    runner could not import."""
+    of `normcheck` or `grader` (the student's own `check` and `grade`), which answers do not use
+    and which the runner could not import."""
     tree = ast.parse(setup)
     tree.body = [node for node in tree.body if not _imports_grader(node)]
     return ast.unparse(tree)
@@ -228,7 +228,7 @@ def _imports_grader(node: ast.stmt) -> bool:
         modules = [node.module or ""]
     else:
         modules = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-    return any(m.split(".")[0] == "grader" for m in modules)
+    return any(m.split(".")[0] in ("grader", "normcheck") for m in modules)
 
 
 def _setup_cells(source: Path) -> list[str]:

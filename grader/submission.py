@@ -23,9 +23,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from grader.checks import EXERCISES
-from grader.checks.core import Exercise, Outputs, StudentError, Verdict, judge, plan
-from grader.checks.integrity import forbidden_uses, integrity_message
+from grader.checks import EXERCISES, prepared
+from grader.checks.core import Exercise, Outputs, StudentError, Verdict, judge
 from grader.config import (
     EXERCISE_CPU_SECONDS,
     EXERCISE_FILE_MB,
@@ -39,6 +38,7 @@ from grader.course import ExerciseResult
 from grader.notebook import Submission
 from grader.sandbox import RUNNER_MODULE, Sandbox, runner_env, runner_setup
 from grader.sandboxed import record
+from normcheck.integrity import forbidden_uses, integrity_message
 
 TAIL_CHARS = 300  # of a failed runner's stderr, to name the cause
 
@@ -104,8 +104,8 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
-def _verdict_for_all(name: str, error: StudentError, planned) -> Verdict:
-    return judge(EXERCISES[name], planned, [error] * len(planned))
+def _verdict_for_all(name: str, error: StudentError, ready) -> Verdict:
+    return judge(EXERCISES[name], ready.planned, [error] * len(ready.planned), "", ready.expected)
 
 
 def _job_frames(specs: list[dict], plans: dict, limits: Limits) -> bytes:
@@ -248,7 +248,8 @@ def grade_submissions(
     plans, specs = {}, []
     for submission in submissions:
         for name in submission.exercises:
-            plans[name] = plan(EXERCISES[name], hidden, seed)
+            ready = prepared(name, hidden, seed)  # the same for every student of this run
+            plans[name] = ready.planned
             answer = submission.answers[name]
             if submission.problem:
                 reason = StudentError("missing", f"Not graded: {submission.problem}.")
@@ -258,13 +259,14 @@ def grade_submissions(
             else:
                 specs.append(_spec(EXERCISES[name], runner_setup(submission.setup), answer, plans))
                 continue
-            verdicts[name] = _verdict_for_all(name, reason, plans[name])
+            verdicts[name] = _verdict_for_all(name, reason, ready)
             causes[name] = reason.kind
     answers = {name: a for s in submissions for name, a in s.answers.items()}
     for name, outputs, calls in _run_all(specs, plans, limits, sandbox, scratch):
         static = forbidden_uses(answers[name], EXERCISES[name])
         integrity = integrity_message(EXERCISES[name], static, calls)
-        verdicts[name] = judge(EXERCISES[name], plans[name], outputs, integrity)
+        expected = prepared(name, hidden, seed).expected
+        verdicts[name] = judge(EXERCISES[name], plans[name], outputs, integrity, expected)
         causes[name] = _cause(outputs)
     return [[_result(verdicts[n], causes[n]) for n in s.exercises] for s in submissions]
 

@@ -16,8 +16,8 @@ import sys
 import pytest
 
 from grader.checks import EXERCISES
-from grader.checks.integrity import forbidden_uses
 from grader.config import REPO
+from normcheck.integrity import forbidden_uses
 
 # Runs in the blocked process: `x` (2, 3, 8), `D` = 8, `want` = the layer norm of `x` over D.
 DRIVER = r"""

@@ -1,5 +1,5 @@
 """Wrong answers that no known mistake matches are still explained by what their output gets
-wrong (grader/checks/properties.py and the blocks' residual structure in placement.py): a shape
+wrong (normcheck/properties.py and the blocks' residual structure in placement.py): a shape
 read against the inputs, a running average's weights, a variance's facts, a momentum's
 convention, a per-row factor, NaN where the output is finite, a residual combination, a refusal
 that returned values. Each answer below is unseen (not one of the exercises' mistakes)."""

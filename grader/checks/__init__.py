@@ -6,23 +6,24 @@ In a notebook's test cell::
     ### BEGIN HIDDEN TESTS
     grade("layer_norm", layer_norm)        # every check; the cell's value is the partial score
     ### END HIDDEN TESTS
+
+`check` is the student's (`normcheck`: the visible checks judged against the outputs stored at
+release time); `grade` runs every check here, against the references and the known mistakes.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
-import inspect
-import linecache
-import os
 import pkgutil
+import threading
 from typing import Any
 
-import torch
-
-from grader.checks.core import Exercise, Verdict, judge, plan
-from grader.checks.integrity import forbidden_uses, integrity_message
+from grader.checks.core import Exercise, Prepared, Verdict, judge, prepare
 from grader.config import kernel_seed
-from grader.sandboxed.probe import call
+from normcheck import CheckFailed, check, run_answer, source_of
+
+__all__ = ["EXERCISES", "CheckFailed", "check", "grade", "prepared", "rubric", "run", "source_of"]
 
 
 # The check modules, found rather than listed: every module of this package that exports
@@ -65,54 +66,27 @@ def rubric() -> str:
     return "\n".join(lines) + "\n"
 
 
-class CheckFailed(AssertionError):
-    """A failed exercise, shown to the student as plain words instead of a traceback."""
-
-    def _render_traceback_(self) -> list[str]:  # IPython's hook for custom error display
-        return str(self).splitlines()
+_PREPARED_LOCK = threading.Lock()
 
 
-def source_of(answer: Any) -> str:
-    """The answer's source, for the static scan; '' when it cannot be found."""
-    try:
-        return inspect.getsource(answer)
-    except (OSError, TypeError):
-        pass
-    if not inspect.isclass(answer):
-        return ""
-    # Python 3.11 cannot find a class defined in a notebook, but its methods know the cell they
-    # came from, and IPython keeps every cell's text in linecache: scan those cells whole.
-    methods = (f for f in vars(answer).values() if inspect.isfunction(f))
-    cells = sorted({f.__code__.co_filename for f in methods})
-    return "".join(line for cell in cells for line in linecache.getlines(cell))
+@functools.lru_cache(maxsize=4 * len(EXERCISES))  # two runs' worth, visible and hidden
+def _prepare(name: str, hidden: bool, seed: int) -> Prepared:
+    return prepare(EXERCISES[name], hidden, seed)
+
+
+def prepared(name: str, hidden: bool, seed: int) -> Prepared:
+    """Exercise `name`'s checks, inputs and expected outputs for the run with `seed`: computed
+    once, then shared by every student that run grades (its threads included)."""
+    with _PREPARED_LOCK:
+        return _prepare(name, hidden, seed)
 
 
 def run(exercise: Exercise, answer: Any, *, hidden: bool, seed: int, source: str) -> Verdict:
-    """Every selected check, run in this process (the student's own kernel or `grader check`).
-    torch's global random state is left as it was: a check cell (which may build models) never
-    changes the random numbers the rest of the notebook draws."""
-    planned = plan(exercise, hidden, seed)
-    outputs, runtime = [], set()
-    with torch.random.fork_rng():  # the probes and the judge may build models
-        for _, inputs in planned:
-            got, seen = call(exercise, answer, inputs)
-            outputs.append(got)
-            runtime |= seen
-        integrity = integrity_message(exercise, forbidden_uses(source, exercise), runtime)
-        return judge(exercise, planned, outputs, integrity)
-
-
-def _autograding() -> bool:
-    return os.environ.get("NBGRADER_EXECUTION") == "autograde"
-
-
-def check(name: str, answer: Any) -> None:
-    """The visible checks of exercise `name`; raises CheckFailed with plain words when wrong."""
-    verdict = run(EXERCISES[name], answer, hidden=False, seed=0, source=source_of(answer))
-    if verdict.passed or _autograding():  # when grading, the hidden part decides the score
-        print(verdict.render())
-    else:
-        raise CheckFailed(verdict.render())
+    """Every selected check, run in this process (the student's own kernel or a test)."""
+    ready = prepare(exercise, hidden, seed)
+    inputs = [case for _, case in ready.planned]
+    outputs, integrity = run_answer(exercise, answer, inputs, source)
+    return judge(exercise, ready.planned, outputs, integrity, ready.expected)
 
 
 def grade(name: str, answer: Any) -> float:

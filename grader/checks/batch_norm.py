@@ -42,19 +42,19 @@ from torch import nn
 from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, also_visible
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, forbid
-from grader.checks.properties import (
-    BATCH_NORM_RUNNING,
-    BATCH_NORM_TRAINING,
-    GROUP_NORM_SETS,
-    Complement,
-    trailing_norm,
-)
 from grader.sandboxed.probes import (
     probe_batch_norm,
     probe_group_norm,
     probe_predict,
     probe_rms_norm,
     probe_torch_momentum,
+)
+from normcheck.properties import (
+    BATCH_NORM_RUNNING,
+    BATCH_NORM_TRAINING,
+    GROUP_NORM_SETS,
+    Complement,
+    trailing_norm,
 )
 
 # ---------------------------------------------------------------------------------------------

@@ -6,13 +6,16 @@ in a sandbox and the other two in its own process:
 
 1. choose inputs              ``Check.inputs(rng) -> Arrays``               (grader)
 2. call the student's code    ``Exercise.probe(answer, inputs) -> Arrays``  (student's process)
-3. compare plain arrays       ``judge(exercise, inputs, outputs)``          (grader)
+3. compare plain arrays       ``judge(exercise, planned, outputs, expected)``
 
-Step 3 runs the same probe on the reference and on every known mistake, so a wrong answer is
-not only failed but named: "your output is what ε outside the square root would give". An
-answer no known mistake matches is explained by the first property of a correct output it
-violates ("`y` is normalized over the last dim only"; `properties.py`), or else by where and how
-much it differs.
+Before step 3, ``expect`` runs the same probe on the reference and on every known mistake: the
+outputs these inputs should give, and those of each classic wrong answer. They depend on the
+inputs only, so a grading run computes them once for every student (`prepare`), and the release
+stores them for the visible checks, whose inputs are fixed (`normcheck.expected`). Step 3 is
+`normcheck.judge`, which compares plain arrays and holds no reference: a wrong answer is named
+when its output is a known mistake's ("ε outside the square root"), else explained by the first
+property of a correct output it violates (`normcheck.properties`), or by where and how much it
+differs. The student's own `check()` runs the very same judge on the stored outputs.
 """
 
 from __future__ import annotations
@@ -22,10 +25,36 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import torch
 
 from grader.checks.library import Forbidden
-from grader.checks.properties import Property, explain, extent
 from grader.sandboxed.probe import Arrays, Outputs, Probe, StudentError, outputs_of
+from normcheck.judge import CheckOutcome, Expected, Verdict, difference, margin, named
+from normcheck.judge import judge_check as judged
+from normcheck.properties import Property
+
+__all__ = [
+    "WIDE",
+    "Arrays",
+    "Check",
+    "CheckOutcome",
+    "Exercise",
+    "Expected",
+    "Mistake",
+    "Outputs",
+    "StudentError",
+    "Verdict",
+    "also_visible",
+    "expect",
+    "expected_outputs",
+    "judge",
+    "judge_check",
+    "margin",
+    "named",
+    "outputs_of",
+    "plan",
+    "prepare",
+]
 
 
 @dataclass(frozen=True)
@@ -54,6 +83,11 @@ class Check:
     # The exception the answer must raise on these inputs (a refused length, an empty batch):
     # the check passes when it does, whatever the reference would have returned.
     expects: type[Exception] | None = None
+
+    @property
+    def refusal(self) -> str:
+        """The name of the exception the answer must raise; '' when it must return outputs."""
+        return self.expects.__name__ if self.expects is not None else ""
 
 
 def also_visible(check: Check, points: float) -> tuple[Check, Check]:
@@ -100,117 +134,11 @@ class Exercise:
         return sum(c.points for c in self.checks)
 
 
-@dataclass
-class CheckOutcome:
-    check: Check
-    passed: bool
-    problem: str = ""  # plain words; empty when passed
-    mistake: Mistake | None = None
-    raised: bool = False  # the answer raised, crashed or was missing: no output to compare
-    finding: str = ""  # for no known mistake: the property of a correct output it violates
-
-
-@dataclass
-class Verdict:
-    exercise: Exercise
-    outcomes: list[CheckOutcome] = field(default_factory=list)
-    integrity: str = ""  # why the exercise earns nothing despite its outputs
-    graded: bool = True  # False: only the visible checks ran (a student's own test run)
-
-    @property
-    def score(self) -> float:
-        if self.integrity:
-            return 0.0
-        return float(sum(o.check.points for o in self.outcomes if o.passed))
-
-    @property
-    def max_score(self) -> float:
-        return float(sum(o.check.points for o in self.outcomes))
-
-    @property
-    def passed(self) -> bool:
-        return not self.integrity and all(o.passed for o in self.outcomes)
-
-    @property
-    def diagnoses(self) -> list[Mistake]:
-        seen: dict[str, Mistake] = {}
-        for o in self.outcomes:
-            if o.mistake is not None:
-                seen.setdefault(o.mistake.name, o.mistake)
-        return list(seen.values())
-
-    def render(self) -> str:
-        """Feedback in plain words: never inputs, reference outputs or reference code."""
-        name, total = self.exercise.name, len(self.outcomes)
-        if self.graded:
-            head = f"{name}: {self.score:g} / {self.max_score:g} points"
-        else:
-            passing = sum(o.passed for o in self.outcomes)
-            head = f"{name}: {passing} of {total} visible checks pass"
-            head += "" if passing < total else " (more checks run when graded)"
-        lines = [head]
-        if self.integrity:
-            lines.append(f"  ✗ {self.integrity}")
-        problems = {o.problem for o in self.outcomes}
-        if total > 1 and len(problems) == 1 and all(o.raised for o in self.outcomes):
-            # one cause for every check (missing, crashed, not implemented): say it once
-            lines.append(f"  ✗ {problems.pop()}")
-        else:
-            for o in self.outcomes:
-                tag = " (hidden)" if o.check.hidden else ""
-                mark = "✓" if o.passed else "✗"
-                lines.append(
-                    f"  {mark} {o.check.description}{tag}" + ("" if o.passed else f": {o.problem}")
-                )
-        for m in self.diagnoses:
-            lines.append(f"  → {m.message}")
-        return "\n".join(lines)
-
-
 def upcast(inputs: Arrays) -> Arrays:
     return {
         k: v.astype(np.float64) if np.issubdtype(v.dtype, np.floating) else v
         for k, v in inputs.items()
     }
-
-
-def named(key: str) -> str:
-    """An output as feedback names it: a name from the exercise's text in code style, or words
-    ("running_var after training step 2") as they are."""
-    return key if " " in key else f"`{key}`"
-
-
-def _difference(got: Arrays, want: Arrays, check: Check) -> str:
-    """Why `got` is not `want`, in plain words; empty when they agree within tolerance."""
-    for key, expected in want.items():
-        if key not in got:
-            return f"no {named(key)} was returned"
-        actual = got[key]
-        if actual.shape != expected.shape:
-            return f"{named(key)} has shape {actual.shape}, expected {expected.shape}"
-        if not np.all(np.isfinite(actual) | ~np.isfinite(expected)):
-            return f"{named(key)} contains NaN or infinity"
-        if not np.allclose(actual, expected, rtol=check.rtol, atol=check.atol, equal_nan=True):
-            return f"{named(key)} differs from the correct values beyond the tolerance"
-    return ""
-
-
-def margin(got: Arrays, want: Arrays, check: Check) -> float:
-    """Largest |got − want| / (atol + rtol·|want|) over every output; inf for a shape mismatch,
-    a missing output or a NaN where the expected value is finite."""
-    worst = 0.0
-    for key, expected in want.items():
-        actual = got.get(key)
-        if actual is None or actual.shape != expected.shape:
-            return float("inf")
-        actual, expected = actual.astype(np.float64), expected.astype(np.float64)
-        both_nan = np.isnan(actual) & np.isnan(expected)
-        if np.any(~np.isfinite(actual) & np.isfinite(expected)):
-            return float("inf")
-        allowance = check.atol + check.rtol * np.abs(expected)
-        ratio = np.where(both_nan, 0.0, np.abs(actual - expected) / allowance)
-        worst = max(worst, float(np.nanmax(ratio)) if ratio.size else 0.0)
-    return worst
 
 
 def expected_outputs(exercise: Exercise, check: Check, inputs: Arrays) -> Arrays:
@@ -221,71 +149,31 @@ def expected_outputs(exercise: Exercise, check: Check, inputs: Arrays) -> Arrays
     return outputs_of(exercise, exercise.reference, ref_inputs)
 
 
-def _diagnose(exercise: Exercise, check: Check, inputs: Arrays, got: Arrays, want: Arrays):
-    """The known mistake whose output the student's output matches, if any."""
+def expect(exercise: Exercise, check: Check, inputs: Arrays) -> Expected:
+    """What `inputs` should give: the reference's outputs, and each known mistake's where they
+    differ from them (a mistake may not apply to every input, e.g. shapes: it is left out)."""
+    want, mistakes = expected_outputs(exercise, check, inputs), []
     for mistake in exercise.mistakes:
-        try:
-            wrong = outputs_of(exercise, mistake.impl, inputs)
-        except Exception:  # a mistake may not apply to every input (e.g. shapes)
-            continue
-        if _difference(wrong, want, check) and not _difference(got, wrong, check):
-            return mistake
-    return None
-
-
-def _extent(check: Check, got: Arrays, want: Arrays) -> str:
-    """Where and by how much the first wrong output differs; '' when none can be compared."""
-    for key, expected in want.items():
-        actual = got.get(key)
-        if (
-            actual is not None
-            and actual.shape == expected.shape
-            and _difference({key: actual}, {key: expected}, check)
-        ):
-            return extent(key, actual, expected, check.rtol, check.atol)
-    return ""
-
-
-def _judge_refusal(exercise: Exercise, check: Check, inputs: Arrays, got: Outputs) -> CheckOutcome:
-    """A check that the answer refuses these inputs by raising `check.expects`."""
-    expected = check.expects.__name__
-    if isinstance(got, StudentError):
-        if got.kind == expected:
-            return CheckOutcome(check, True)
-        # the check's description names the exception expected; say what happened, in the same
-        # words as every other check (a stub's NotImplementedError is then said once)
-        return CheckOutcome(check, False, got.describe(exercise.name), raised=True)
-    for mistake in exercise.mistakes:  # a known way of not refusing, recognized by its output
         try:
             wrong = outputs_of(exercise, mistake.impl, inputs)
         except Exception:
             continue
-        if not _difference(got, wrong, check):
-            return CheckOutcome(
-                check, False, f"returned values instead of raising {expected}", mistake
-            )
-    finding = f"`{exercise.name}` returned values on inputs it must refuse: raise {expected}"
-    return CheckOutcome(check, False, finding, finding=finding)
+        if check.expects is not None or difference(wrong, want, check):
+            mistakes.append((mistake, wrong))
+    return Expected(want, tuple(mistakes))
 
 
-def judge_check(exercise: Exercise, check: Check, inputs: Arrays, got: Outputs) -> CheckOutcome:
-    if check.expects is not None:
-        return _judge_refusal(exercise, check, inputs, got)
-    if isinstance(got, StudentError):
-        return CheckOutcome(check, False, got.describe(exercise.name), raised=True)
-    want = expected_outputs(exercise, check, inputs)
-    problem = _difference(got, want, check)
-    if not problem:
-        return CheckOutcome(check, True)
-    mistake = _diagnose(exercise, check, inputs, got, want)
-    if mistake is not None:
-        return CheckOutcome(check, False, problem, mistake)
-    wrong = {
-        k: w for k, w in want.items() if _difference({k: got[k]} if k in got else {}, {k: w}, check)
-    }
-    finding = explain(exercise.properties, inputs, got, wrong)
-    detail = finding or _extent(check, got, want)
-    return CheckOutcome(check, False, problem + (f"; {detail}" if detail else ""), finding=finding)
+def judge_check(
+    exercise: Exercise,
+    check: Check,
+    inputs: Arrays,
+    got: Outputs,
+    expected: Expected | None = None,
+) -> CheckOutcome:
+    """One check of `exercise` (its expected outputs computed here unless given)."""
+    if expected is None:
+        expected = expect(exercise, check, inputs)
+    return judged(exercise.name, exercise.properties, check, inputs, got, expected)
 
 
 # Tolerance for checks on rows (channels, groups) of >= 4096 values: the unbiased variance moves
@@ -307,10 +195,37 @@ def plan(exercise: Exercise, hidden: bool, seed: int) -> Plan:
     ]
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """Everything about one exercise that does not depend on the student: the checks' inputs
+    and what they should give, in the same order."""
+
+    planned: Plan
+    expected: list[Expected]
+
+
+def prepare(exercise: Exercise, hidden: bool, seed: int) -> Prepared:
+    """The checks' inputs and expected outputs. torch's global random state is left as it was
+    (the references and the mistakes may build models): in a notebook, a check cell never
+    changes the random numbers the later cells draw."""
+    planned = plan(exercise, hidden, seed)
+    with torch.random.fork_rng():
+        return Prepared(planned, [expect(exercise, c, i) for c, i in planned])
+
+
 def judge(
-    exercise: Exercise, planned: Plan, outputs: list[Outputs], integrity: str = ""
+    exercise: Exercise,
+    planned: Plan,
+    outputs: list[Outputs],
+    integrity: str = "",
+    expected: list[Expected] | None = None,
 ) -> Verdict:
-    """Judge the outputs the student's code produced for each planned check, in order."""
-    outcomes = [judge_check(exercise, c, i, o) for (c, i), o in zip(planned, outputs, strict=True)]
+    """Judge the outputs the student's code produced for each planned check, in order, against
+    `expected` (computed here unless given: see `prepare`)."""
+    expected = expected or [expect(exercise, c, i) for c, i in planned]
+    outcomes = [
+        judge_check(exercise, c, i, o, e)
+        for (c, i), o, e in zip(planned, outputs, expected, strict=True)
+    ]
     graded = any(c.hidden for c, _ in planned) or not any(c.hidden for c in exercise.checks)
     return Verdict(exercise, outcomes, integrity, graded)

@@ -27,11 +27,11 @@ import torch
 from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, also_visible
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, VARIANCE, forbid
-from grader.checks.properties import LAYER_NORM_BACKWARD as BACKWARD_INVARIANTS
-from grader.checks.properties import Variance, trailing_norm
 from grader.reference import functional as ref
 from grader.sandboxed.probe import trailing_dims
 from grader.sandboxed.probes import probe_backward, probe_layer_norm, probe_var
+from normcheck.properties import LAYER_NORM_BACKWARD as BACKWARD_INVARIANTS
+from normcheck.properties import Variance, trailing_norm
 
 # ---------------------------------------------------------------------------------------------
 # layer_norm

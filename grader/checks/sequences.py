@@ -24,9 +24,9 @@ import torch
 
 from grader.checks.core import Arrays, Check, Exercise, Mistake, also_visible
 from grader.checks.library import MASKED_MEAN, NORMALIZATIONS, SEQUENCE_MASKS, forbid
-from grader.checks.properties import MASKED_BATCH_NORM, MASKED_RUNNING
 from grader.reference import masking as ref
 from grader.sandboxed.probes import probe_mask, probe_masked_bn, probe_pool
+from normcheck.properties import MASKED_BATCH_NORM, MASKED_RUNNING
 
 
 def _lengths_mask(lengths: np.ndarray, max_len: int) -> np.ndarray:

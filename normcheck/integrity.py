@@ -1,14 +1,18 @@
 """Static integrity scan of an answer's source: does it call the library where it must build?
 
 Runs in the grader's process on the submitted text, so nothing the student's code does at run
-time can hide from it. `probe.call` adds the run-time view.
+time can hide from it. `probe.call` adds the run-time view. The student's own `check()` runs the
+same scan, so it imports nothing of the checks (an exercise is anything with a `name` and the
+`forbidden` names).
 """
 
 from __future__ import annotations
 
 import ast
+from typing import TYPE_CHECKING
 
-from grader.checks.core import Exercise
+if TYPE_CHECKING:
+    from grader.sandboxed.probe import Probed as Exercise
 
 # Ways of calling code that a static reading cannot follow, or of reaching into the grader.
 # No exercise of this course needs any of them; an answer that uses one earns no points.
@@ -20,7 +24,7 @@ TAMPERING = {
     "_push_on_torch_function_stack",
     "_set_torch_function_mode",
 }
-OFF_LIMITS_MODULES = ("grader", "importlib", "ctypes", "gc", "inspect")
+OFF_LIMITS_MODULES = ("grader", "normcheck", "importlib", "ctypes", "gc", "inspect")
 # torch's own Python implementations of its operators, normalizations among them, and their
 # private helpers: an answer has no use for them.
 TORCH_INTERNALS = {"_refs", "_decomp", "_prims", "_prims_common"}

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
-    from grader.checks.core import Arrays
+    from grader.sandboxed.probe import Arrays
 
 # An output and the check's inputs -> a (sets, values) array, each row one set of values that
 # share a statistic, before the affine; None when that view does not apply to these inputs.

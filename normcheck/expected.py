@@ -1,0 +1,201 @@
+"""The visible checks as data: their fixed inputs and what those inputs should give.
+
+`grader release` writes, for each notebook, `data/<notebook>.json` (each exercise: how to call
+it, what it may not call, each visible check's words, points and tolerance, the known mistakes'
+names and messages) and `data/<notebook>.npz` (each check's inputs, the reference's outputs and
+each known mistake's outputs on them: plain arrays, read without pickle). The student's `check()`
+judges an answer against them with the grader's own judge; no reference, known mistake's code or
+hidden check is in them. Both files are written byte for byte the same from the same checks, so
+that a test can tell when they drift from them.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from normcheck import properties
+from normcheck.judge import Expected
+from normcheck.probing import PROBES, Arrays
+
+DATA = Path(__file__).resolve().parent / "data"
+_EPOCH = (1980, 1, 1, 0, 0, 0)  # every archive member's date: the same bytes on every release
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A visible check as the judge reads it (see normcheck.judge.Rule)."""
+
+    description: str
+    points: float
+    rtol: float
+    atol: float
+    refusal: str = ""
+    hidden: bool = False
+
+
+@dataclass(frozen=True)
+class Known:
+    """A known mistake, by its name and its message to the student: never its code."""
+
+    name: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Case:
+    rule: Rule
+    inputs: Arrays
+    expected: Expected
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """An exercise as the student's `check()` knows it."""
+
+    name: str
+    probe: Any
+    forbidden: tuple[str, ...]
+    properties: tuple[Any, ...]
+    cases: tuple[Case, ...]
+
+
+# --- properties by address: the name of a value of normcheck.properties, or a class and fields
+
+
+def _address(prop: Any) -> dict | None:
+    """Where `prop` is found in normcheck.properties; None if it is not (the student's check
+    then explains a wrong output by where and how much it differs)."""
+    for name, value in vars(properties).items():
+        if value is prop:
+            return {"name": name}
+        if isinstance(value, tuple):
+            for index, item in enumerate(value):
+                if item is prop:
+                    return {"name": name, "index": index}
+    cls = type(prop)
+    if is_dataclass(prop) and getattr(properties, cls.__name__, None) is cls:
+        values = asdict(prop)
+        if all(isinstance(v, str | int | float | bool) for v in values.values()):
+            return {"class": cls.__name__, "fields": values}
+    return None
+
+
+def _resolve(address: dict) -> Any:
+    if "class" in address:
+        return getattr(properties, address["class"])(**address["fields"])
+    value = getattr(properties, address["name"])
+    return value[address["index"]] if "index" in address else value
+
+
+# --- writing
+
+
+def _archive(arrays: dict[str, np.ndarray]) -> bytes:
+    """An .npz of `arrays`, members stored in the given order with a fixed date."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for key, array in arrays.items():
+            member = zipfile.ZipInfo(f"{key}.npy", date_time=_EPOCH)
+            member.compress_type = zipfile.ZIP_DEFLATED
+            with archive.open(member, "w") as out:
+                np.lib.format.write_array(out, np.asarray(array), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def _key(exercise: str, case: int, part: str, name: str) -> str:
+    return json.dumps([exercise, case, part, name])  # output names hold spaces, colons, dots
+
+
+Planned = list[tuple[Any, Arrays, Expected]]  # (a check, its inputs, what they should give)
+
+
+def encode(exercises: Iterable[tuple[Any, Planned]]) -> tuple[str, bytes]:
+    """The JSON text and .npz bytes of `exercises`: each a `grader.checks.core.Exercise` with
+    its visible checks, their inputs and what those should give."""
+    meta, arrays = {}, {}
+    for exercise, planned in exercises:
+        mistakes = list(exercise.mistakes)
+        checks = []
+        for i, (check, inputs, expected) in enumerate(planned):
+            rule = Rule(
+                check.description, check.points, check.rtol, check.atol, check.refusal, False
+            )
+            ran = []
+            for part, outputs in (("in", inputs), ("want", expected.want)):
+                arrays |= {_key(exercise.name, i, part, k): v for k, v in outputs.items()}
+            for mistake, outputs in expected.mistakes:
+                j = mistakes.index(mistake)
+                ran.append(j)
+                arrays |= {_key(exercise.name, i, f"mistake {j}", k): v for k, v in outputs.items()}
+            checks.append({**asdict(rule), "mistakes": ran})
+        meta[exercise.name] = {
+            "probe": exercise.probe.__name__,
+            "forbidden": list(exercise.forbidden),
+            "properties": [a for a in map(_address, exercise.properties) if a is not None],
+            "mistakes": [{"name": m.name, "message": m.message} for m in mistakes],
+            "checks": checks,
+        }
+    return json.dumps(meta, indent=1, ensure_ascii=False) + "\n", _archive(arrays)
+
+
+def write(folder: Path, notebook: str, exercises: Iterable[tuple[Any, Planned]]) -> list[Path]:
+    """Write `notebook`'s exercises' visible checks into `folder`; returns the files written."""
+    text, archive = encode(exercises)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{notebook}.json").write_text(text, encoding="utf-8")
+    (folder / f"{notebook}.npz").write_bytes(archive)
+    return [folder / f"{notebook}.json", folder / f"{notebook}.npz"]
+
+
+# --- reading
+
+
+def _parts(arrays: dict[str, np.ndarray]) -> dict[tuple[str, int, str], Arrays]:
+    grouped: dict[tuple[str, int, str], Arrays] = {}
+    for key, array in arrays.items():
+        exercise, case, part, name = json.loads(key)
+        grouped.setdefault((exercise, case, part), {})[name] = array
+    return grouped
+
+
+def _exercise(name: str, meta: dict, parts: dict[tuple[str, int, str], Arrays]) -> Exercise:
+    known = [Known(m["name"], m["message"]) for m in meta["mistakes"]]
+    cases = []
+    for i, check in enumerate(meta["checks"]):
+        ran = check.pop("mistakes")
+        expected = Expected(
+            parts.get((name, i, "want"), {}),
+            tuple((known[j], parts.get((name, i, f"mistake {j}"), {})) for j in ran),
+        )
+        cases.append(Case(Rule(**check), parts.get((name, i, "in"), {}), expected))
+    return Exercise(
+        name,
+        PROBES[meta["probe"]],
+        tuple(meta["forbidden"]),
+        tuple(_resolve(a) for a in meta["properties"]),
+        tuple(cases),
+    )
+
+
+def load(notebook_json: Path) -> dict[str, Exercise]:
+    """The exercises of one notebook's stored checks."""
+    meta = json.loads(notebook_json.read_text(encoding="utf-8"))
+    with np.load(notebook_json.with_suffix(".npz"), allow_pickle=False) as data:
+        parts = _parts({key: data[key] for key in data.files})
+    return {name: _exercise(name, m, parts) for name, m in meta.items()}
+
+
+def stored(folder: Path = DATA) -> dict[str, Exercise]:
+    """Every exercise of every notebook stored in `folder`."""
+    found: dict[str, Exercise] = {}
+    for path in sorted(folder.glob("*.json")):
+        found |= load(path)
+    return found

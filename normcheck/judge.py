@@ -1,0 +1,238 @@
+"""Judge a student's outputs against the outputs expected for the same inputs: plain arrays only.
+
+What a check's inputs should give (`Expected`: the reference's outputs and every known
+mistake's) is computed apart from this module: by the grader, once per grading run
+(`grader.checks.core.expect`), or at release time for the visible checks, stored as data that
+the student's own `check()` reads (`normcheck.expected`). Judging is the same code in both
+places, and it needs nothing but arrays, words and tolerances: it holds no reference, no known
+mistake's code and no hidden check.
+
+A wrong answer is not only failed but named when its output is a known mistake's ("ε outside the
+square root"); else explained by the first property of a correct output it violates
+(`normcheck.properties`), or by where and how much it differs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from normcheck.probing import Arrays, Outputs, StudentError
+from normcheck.properties import Property, explain, extent
+
+
+class Rule(Protocol):
+    """What the judge reads of a check (`grader.checks.core.Check`, `normcheck.expected.Rule`)."""
+
+    description: str
+    points: float
+    hidden: bool
+    rtol: float
+    atol: float
+
+    @property
+    def refusal(self) -> str: ...  # the exception the answer must raise; '' to return outputs
+
+
+class Named(Protocol):
+    """A known mistake as the judge names it (`grader.checks.core.Mistake` carries its code)."""
+
+    name: str
+    message: str  # one sentence to the student: what they did, not the fix's code
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What one check's inputs should give."""
+
+    want: Arrays  # the reference's outputs; none for a check that expects the answer to raise
+    # Each known mistake that runs on these inputs and can be told from the reference there
+    # (for a refusal: each one that returns), with its outputs.
+    mistakes: tuple[tuple[Any, Arrays], ...] = ()
+
+
+@dataclass
+class CheckOutcome:
+    check: Any  # a Rule
+    passed: bool
+    problem: str = ""  # plain words; empty when passed
+    mistake: Any = None  # the Named mistake the output matches
+    raised: bool = False  # the answer raised, crashed or was missing: no output to compare
+    finding: str = ""  # for no known mistake: the property of a correct output it violates
+
+
+@dataclass
+class Verdict:
+    exercise: Any  # anything with the exercise's `name`
+    outcomes: list[CheckOutcome] = field(default_factory=list)
+    integrity: str = ""  # why the exercise earns nothing despite its outputs
+    graded: bool = True  # False: only the visible checks ran (a student's own test run)
+
+    @property
+    def score(self) -> float:
+        if self.integrity:
+            return 0.0
+        return float(sum(o.check.points for o in self.outcomes if o.passed))
+
+    @property
+    def max_score(self) -> float:
+        return float(sum(o.check.points for o in self.outcomes))
+
+    @property
+    def passed(self) -> bool:
+        return not self.integrity and all(o.passed for o in self.outcomes)
+
+    @property
+    def not_implemented(self) -> bool:
+        """Every check stopped at the answer's NotImplementedError: not answered yet."""
+        return bool(self.outcomes) and all(
+            o.raised and o.problem == NOT_IMPLEMENTED.format(name=self.exercise.name)
+            for o in self.outcomes
+        )
+
+    @property
+    def diagnoses(self) -> list[Any]:
+        seen: dict[str, Any] = {}
+        for o in self.outcomes:
+            if o.mistake is not None:
+                seen.setdefault(o.mistake.name, o.mistake)
+        return list(seen.values())
+
+    def render(self) -> str:
+        """Feedback in plain words: never inputs, reference outputs or reference code."""
+        name, total = self.exercise.name, len(self.outcomes)
+        if self.graded:
+            head = f"{name}: {self.score:g} / {self.max_score:g} points"
+        else:
+            passing = sum(o.passed for o in self.outcomes)
+            head = f"{name}: {passing} of {total} visible checks pass"
+            head += "" if passing < total else " (more checks run when graded)"
+        lines = [head]
+        if self.integrity:
+            lines.append(f"  ✗ {self.integrity}")
+        problems = {o.problem for o in self.outcomes}
+        if total > 1 and len(problems) == 1 and all(o.raised for o in self.outcomes):
+            # one cause for every check (missing, crashed, not implemented): say it once
+            lines.append(f"  ✗ {problems.pop()}")
+        else:
+            for o in self.outcomes:
+                tag = " (hidden)" if o.check.hidden else ""
+                mark = "✓" if o.passed else "✗"
+                lines.append(
+                    f"  {mark} {o.check.description}{tag}" + ("" if o.passed else f": {o.problem}")
+                )
+        for m in self.diagnoses:
+            lines.append(f"  → {m.message}")
+        return "\n".join(lines)
+
+
+# StudentError.describe's words for an answer that raises NotImplementedError (an unanswered stub)
+NOT_IMPLEMENTED = StudentError("NotImplementedError", "").describe("{name}")
+
+
+def named(key: str) -> str:
+    """An output as feedback names it: a name from the exercise's text in code style, or words
+    ("running_var after training step 2") as they are."""
+    return key if " " in key else f"`{key}`"
+
+
+def difference(got: Arrays, want: Arrays, check: Rule) -> str:
+    """Why `got` is not `want`, in plain words; empty when they agree within tolerance."""
+    for key, expected in want.items():
+        if key not in got:
+            return f"no {named(key)} was returned"
+        actual = got[key]
+        if actual.shape != expected.shape:
+            return f"{named(key)} has shape {actual.shape}, expected {expected.shape}"
+        if not np.all(np.isfinite(actual) | ~np.isfinite(expected)):
+            return f"{named(key)} contains NaN or infinity"
+        if not np.allclose(actual, expected, rtol=check.rtol, atol=check.atol, equal_nan=True):
+            return f"{named(key)} differs from the correct values beyond the tolerance"
+    return ""
+
+
+def margin(got: Arrays, want: Arrays, check: Rule) -> float:
+    """Largest |got − want| / (atol + rtol·|want|) over every output; inf for a shape mismatch,
+    a missing output or a NaN where the expected value is finite."""
+    worst = 0.0
+    for key, expected in want.items():
+        actual = got.get(key)
+        if actual is None or actual.shape != expected.shape:
+            return float("inf")
+        actual, expected = actual.astype(np.float64), expected.astype(np.float64)
+        both_nan = np.isnan(actual) & np.isnan(expected)
+        if np.any(~np.isfinite(actual) & np.isfinite(expected)):
+            return float("inf")
+        allowance = check.atol + check.rtol * np.abs(expected)
+        ratio = np.where(both_nan, 0.0, np.abs(actual - expected) / allowance)
+        worst = max(worst, float(np.nanmax(ratio)) if ratio.size else 0.0)
+    return worst
+
+
+def _diagnose(check: Rule, got: Arrays, expected: Expected) -> Any:
+    """The known mistake whose output the student's output matches, if any."""
+    for mistake, wrong in expected.mistakes:
+        if not difference(got, wrong, check):
+            return mistake
+    return None
+
+
+def _extent(check: Rule, got: Arrays, want: Arrays) -> str:
+    """Where and by how much the first wrong output differs; '' when none can be compared."""
+    for key, expected in want.items():
+        actual = got.get(key)
+        if (
+            actual is not None
+            and actual.shape == expected.shape
+            and difference({key: actual}, {key: expected}, check)
+        ):
+            return extent(key, actual, expected, check.rtol, check.atol)
+    return ""
+
+
+def _judge_refusal(name: str, check: Rule, got: Outputs, expected: Expected) -> CheckOutcome:
+    """A check that the answer refuses these inputs by raising `check.refusal`."""
+    if isinstance(got, StudentError):
+        if got.kind == check.refusal:
+            return CheckOutcome(check, True)
+        # the check's description names the exception expected; say what happened, in the same
+        # words as every other check (a stub's NotImplementedError is then said once)
+        return CheckOutcome(check, False, got.describe(name), raised=True)
+    for mistake, wrong in expected.mistakes:  # a known way of not refusing, told by its output
+        if not difference(got, wrong, check):
+            return CheckOutcome(
+                check, False, f"returned values instead of raising {check.refusal}", mistake
+            )
+    finding = f"`{name}` returned values on inputs it must refuse: raise {check.refusal}"
+    return CheckOutcome(check, False, finding, finding=finding)
+
+
+def judge_check(
+    name: str,
+    properties: tuple[Property, ...],
+    check: Rule,
+    inputs: Arrays,
+    got: Outputs,
+    expected: Expected,
+) -> CheckOutcome:
+    """One check of exercise `name`: the student's outputs `got` for `inputs` against those
+    `expected`; `properties` explain a wrong output no known mistake matches."""
+    if check.refusal:
+        return _judge_refusal(name, check, got, expected)
+    if isinstance(got, StudentError):
+        return CheckOutcome(check, False, got.describe(name), raised=True)
+    want = expected.want
+    problem = difference(got, want, check)
+    if not problem:
+        return CheckOutcome(check, True)
+    mistake = _diagnose(check, got, expected)
+    if mistake is not None:
+        return CheckOutcome(check, False, problem, mistake)
+    wrong = {
+        k: w for k, w in want.items() if difference({k: got[k]} if k in got else {}, {k: w}, check)
+    }
+    finding = explain(properties, inputs, got, wrong)
+    detail = finding or _extent(check, got, want)
+    return CheckOutcome(check, False, problem + (f"; {detail}" if detail else ""), finding=finding)

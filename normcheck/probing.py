@@ -1,0 +1,19 @@
+"""How an answer is called and what comes back: the grader's own probes (`grader.sandboxed`).
+
+The student's wheel carries them inside this package, as `normcheck.sandboxed` (their modules
+import each other relatively, so they work under either name); where the course itself is
+installed, they are the grader's, so that the grader and `check()` judge the very same types.
+"""
+
+from __future__ import annotations
+
+from importlib.util import find_spec
+
+if find_spec("normcheck.sandboxed") is not None:
+    from normcheck.sandboxed.probe import Arrays, Outputs, StudentError, call
+    from normcheck.sandboxed.probes import PROBES
+else:
+    from grader.sandboxed.probe import Arrays, Outputs, StudentError, call
+    from grader.sandboxed.probes import PROBES
+
+__all__ = ["PROBES", "Arrays", "Outputs", "StudentError", "call"]
