@@ -4,14 +4,19 @@ student's `check()` judges against."""
 
 from __future__ import annotations
 
+import base64
 import filecmp
+import hashlib
+import importlib.metadata
+import re
 import tempfile
+import zipfile
 from pathlib import Path
 
 from nbgrader.apps import NbGraderAPI
 
 from grader.checks import EXERCISES, prepared
-from grader.config import RELEASE, SOLUTIONS, assignments, course_config, use_this_environment
+from grader.config import RELEASE, REPO, SOLUTIONS, assignments, course_config, use_this_environment
 from grader.notebook import exercises_of, source_notebook
 from normcheck import expected
 
@@ -79,3 +84,72 @@ def stale_files(
         fresh, fresh_checks = Path(scratch) / "notebooks", Path(scratch) / "data"
         generate(fresh, source=source, checks=fresh_checks)
         return _differing(fresh, release) + _differing(fresh_checks, checks)
+
+
+# --- the students' wheel: what the released notebooks import, and no answer ----------------------
+
+STUDENT_DISTRIBUTION = "normalization_course_student"
+# wheel path -> source path, relative to the checkout (or an installed course's site-packages):
+# the student's check with its stored data, the probes it calls answers with (the grader's own,
+# which import each other relatively), and the demos' package.
+_STUDENT_FILES = {
+    "normcheck": ("normcheck", ("*.py", "data/*.json", "data/*.npz")),
+    "normcheck/sandboxed": ("grader/sandboxed", ("__init__.py", "probe.py", "probes.py")),
+    "norm_utils": ("norm_utils", ("*.py",)),
+}
+_REQUIREMENTS = ("torch", "numpy", "matplotlib")
+
+
+def _student_files(root: Path = REPO) -> dict[str, bytes]:
+    files = {}
+    for target, (folder, patterns) in _STUDENT_FILES.items():
+        for pattern in patterns:
+            for path in sorted((root / folder).glob(pattern)):
+                files[f"{target}/{path.relative_to(root / folder).as_posix()}"] = path.read_bytes()
+    return files
+
+
+def _metadata(version: str) -> str:
+    """The wheel's METADATA: the course's own pins of what the notebooks import."""
+    requirements = [
+        r
+        for r in importlib.metadata.requires("normalization-course") or ()
+        if re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0] in _REQUIREMENTS
+    ]
+    lines = [
+        "Metadata-Version: 2.1",
+        f"Name: {STUDENT_DISTRIBUTION.replace('_', '-')}",
+        f"Version: {version}",
+        "Summary: The normalization course's notebooks' imports for students: the demos' "
+        "package and the visible checks, with no answer in them.",
+        "Requires-Python: >=3.11",
+        *(f"Requires-Dist: {r}" for r in requirements),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def student_wheel(folder: Path, root: Path = REPO) -> Path:
+    """Build the students' wheel into `folder` (made if missing) and return its path: the
+    packages the released notebooks import (`normcheck`, `norm_utils`), byte for byte the same
+    from the same sources (pip installs it like any wheel: `pip install <wheel>`)."""
+    version = importlib.metadata.version("normalization-course")
+    info = f"{STUDENT_DISTRIBUTION}-{version}.dist-info"
+    files = _student_files(root)
+    files[f"{info}/METADATA"] = _metadata(version).encode()
+    files[f"{info}/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: grader.release\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
+    files[f"{info}/top_level.txt"] = b"norm_utils\nnormcheck\n"
+    record = [_record_line(n, d) for n, d in files.items()] + [f"{info}/RECORD,,"]
+    files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / f"{STUDENT_DISTRIBUTION}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in files.items():
+            archive.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data)
+    return wheel

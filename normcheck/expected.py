@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from normcheck import properties
+from normcheck import properties, structure
 from normcheck.judge import Expected
 from normcheck.probing import PROBES, Arrays
 
@@ -67,32 +67,48 @@ class Exercise:
     cases: tuple[Case, ...]
 
 
-# --- properties by address: the name of a value of normcheck.properties, or a class and fields
+# --- properties by address: a value of one of the property modules by name, or a class and its
+# fields (the modules hold every property the checks use; a test fails when one is left out)
+
+PROPERTY_MODULES = {"properties": properties, "structure": structure}
 
 
 def _address(prop: Any) -> dict | None:
-    """Where `prop` is found in normcheck.properties; None if it is not (the student's check
-    then explains a wrong output by where and how much it differs)."""
-    for name, value in vars(properties).items():
-        if value is prop:
-            return {"name": name}
-        if isinstance(value, tuple):
-            for index, item in enumerate(value):
-                if item is prop:
-                    return {"name": name, "index": index}
-    cls = type(prop)
-    if is_dataclass(prop) and getattr(properties, cls.__name__, None) is cls:
-        values = asdict(prop)
-        if all(isinstance(v, str | int | float | bool) for v in values.values()):
-            return {"class": cls.__name__, "fields": values}
+    """Where `prop` is found in the property modules; None if it is in none of them."""
+    for module, namespace in PROPERTY_MODULES.items():
+        for name, value in vars(namespace).items():
+            if value is prop:
+                return {"module": module, "name": name}
+            if isinstance(value, tuple):
+                for index, item in enumerate(value):
+                    if item is prop:
+                        return {"module": module, "name": name, "index": index}
+        cls = type(prop)
+        if is_dataclass(prop) and getattr(namespace, cls.__name__, None) is cls:
+            values = asdict(prop)
+            if all(isinstance(v, str | int | float | bool) for v in values.values()):
+                return {"module": module, "class": cls.__name__, "fields": values}
     return None
 
 
 def _resolve(address: dict) -> Any:
+    namespace = PROPERTY_MODULES[address["module"]]
     if "class" in address:
-        return getattr(properties, address["class"])(**address["fields"])
-    value = getattr(properties, address["name"])
+        return getattr(namespace, address["class"])(**address["fields"])
+    value = getattr(namespace, address["name"])
     return value[address["index"]] if "index" in address else value
+
+
+def addresses(props: tuple[Any, ...]) -> list[dict]:
+    """Each property's address; raises ValueError for one the student's check could not find."""
+    found = [_address(p) for p in props]
+    lost = [p for p, a in zip(props, found, strict=True) if a is None]
+    if lost:
+        raise ValueError(
+            f"{lost[0]!r} is not a value of {', '.join(f'normcheck.{m}' for m in PROPERTY_MODULES)}"
+            ": the student's check could not use it (name it there)"
+        )
+    return found
 
 
 # --- writing
@@ -139,7 +155,7 @@ def encode(exercises: Iterable[tuple[Any, Planned]]) -> tuple[str, bytes]:
         meta[exercise.name] = {
             "probe": exercise.probe.__name__,
             "forbidden": list(exercise.forbidden),
-            "properties": [a for a in map(_address, exercise.properties) if a is not None],
+            "properties": addresses(exercise.properties),
             "mistakes": [{"name": m.name, "message": m.message} for m in mistakes],
             "checks": checks,
         }

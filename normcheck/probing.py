@@ -11,9 +11,9 @@ from importlib.util import find_spec
 
 if find_spec("normcheck.sandboxed") is not None:
     from normcheck.sandboxed.probe import Arrays, Outputs, StudentError, call
-    from normcheck.sandboxed.probes import PROBES
+    from normcheck.sandboxed.probes import ALONE, PROBES
 else:
     from grader.sandboxed.probe import Arrays, Outputs, StudentError, call
-    from grader.sandboxed.probes import PROBES
+    from grader.sandboxed.probes import ALONE, PROBES
 
-__all__ = ["PROBES", "Arrays", "Outputs", "StudentError", "call"]
+__all__ = ["ALONE", "PROBES", "Arrays", "Outputs", "StudentError", "call"]

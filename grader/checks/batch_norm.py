@@ -53,8 +53,8 @@ from normcheck.properties import (
     BATCH_NORM_RUNNING,
     BATCH_NORM_TRAINING,
     GROUP_NORM_SETS,
+    RMS_NORM_ROWS,
     Complement,
-    trailing_norm,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -644,7 +644,7 @@ RMS_NORM = Exercise(
     name="rms_norm",
     reference=_rms_reference,
     probe=probe_rms_norm,
-    properties=(trailing_norm(centered=False),),
+    properties=(RMS_NORM_ROWS,),
     forms=(
         ("normalized_shape", "int"),
         ("normalized_shape", "tuple"),

@@ -31,7 +31,7 @@ from grader.reference import functional as ref
 from grader.sandboxed.probe import trailing_dims
 from grader.sandboxed.probes import probe_backward, probe_layer_norm, probe_var
 from normcheck.properties import LAYER_NORM_BACKWARD as BACKWARD_INVARIANTS
-from normcheck.properties import Variance, trailing_norm
+from normcheck.properties import LAYER_NORM_ROWS, Variance
 
 # ---------------------------------------------------------------------------------------------
 # layer_norm
@@ -166,7 +166,7 @@ LAYER_NORM = Exercise(
     probe=probe_layer_norm,
     forbidden=forbid(*NORMALIZATIONS),
     mistakes=LAYER_NORM_MISTAKES,
-    properties=(trailing_norm(centered=True),),
+    properties=(LAYER_NORM_ROWS,),
     forms=(("normalized_shape", "int"), ("normalized_shape", "tuple")),
     checks=(
         Check(

@@ -1,0 +1,137 @@
+"""A Transformer block's residual structure, read off its outputs (notebook 04's properties).
+
+The checks of `PostLNBlock`, `PreLNBlock` and `PreLNEncoder` (grader/checks/placement.py) replace
+the sublayers by known stand-ins F₁, F₂ and record what each norm receives; with them, what a norm
+receives (or the block outputs) is a fixed combination of x and the sublayers' outputs, and a
+wrong one is said as the combination it is ("what norm2 receives is x + F₁(x), where h + F₂(h)
+belongs"). Like every property, these read only the check's inputs and outputs: they hold no
+reference block and no known mistake, so the student's own `check()` runs them too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from normcheck.probing import ALONE, Arrays
+
+
+def _layer_norm(z: np.ndarray, a: Arrays, which: str) -> np.ndarray:
+    """What the block's norm `which` gives for `z`: torch's own LayerNorm with its weights (this
+    package holds no implementation of an exercise)."""
+    weight, bias = (torch.from_numpy(a[f"w:{which}.{p}"]) for p in ("weight", "bias"))
+    y = F.layer_norm(torch.from_numpy(z), z.shape[-1:], weight, bias, eps=1e-5)  # nn's default ε
+    return y.numpy()
+
+
+def _stand_ins(a: Arrays):
+    f1 = lambda z: np.tanh(z @ a["f1_weight"]) + a["f1_bias"]  # noqa: E731
+    f2 = lambda z: z @ a["f2_weight"]  # noqa: E731
+    ln1 = lambda z: _layer_norm(z, a, "norm1")  # noqa: E731
+    ln2 = lambda z: _layer_norm(z, a, "norm2")  # noqa: E731
+    return f1, f2, ln1, ln2
+
+
+def _post_ln_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]]:
+    """(what belongs there, in words; the terms a wrong one may combine) for `key`."""
+    f1, f2, ln1, ln2 = _stand_ins(a)
+    x = a["x"]
+    h = ln1(x + f1(x))
+    if key == "what norm1 receives":
+        return "x + F₁(x) belongs", {"x": x, "F₁(x)": f1(x)}
+    if key == "what norm2 receives":
+        return "h + F₂(h) belongs, with h = LN₁(x + F₁(x))", {"h": h, "F₂(h)": f2(h), "x": x}
+    return "LN₂(h + F₂(h)) belongs, with h = LN₁(x + F₁(x))", {
+        "LN₂(h + F₂(h))": ln2(h + f2(h)),
+        "h": h,
+    }
+
+
+def _pre_ln_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]]:
+    f1, f2, ln1, ln2 = _stand_ins(a)
+    x = a["x"]
+    u = x + f1(ln1(x))
+    if key == "what norm1 receives":
+        return "x belongs", {"x": x, "F₁(x)": f1(x)}
+    if key == "what norm2 receives":
+        return "u = x + F₁(LN₁(x)) belongs", {"x": x, "F₁(LN₁(x))": f1(ln1(x)), "LN₁(x)": ln1(x)}
+    terms = {"u": u, "F₂(LN₂(u))": f2(ln2(u)), "LN₂(u)": ln2(u)}
+    return "u + F₂(LN₂(u)) belongs, with u = x + F₁(LN₁(x))", terms
+
+
+def _combination(coefficients: np.ndarray, names: list[str]) -> str:
+    """'x − F₁(x)', '2·h', '0' from least-squares coefficients."""
+    parts = []
+    for c, name in zip(coefficients, names, strict=True):
+        if abs(c) < 1e-6:
+            continue
+        size = "" if abs(abs(c) - 1) < 1e-6 else f"{abs(c):.3g}·"
+        parts.append(("− " if c < 0 else "+ ") + size + name)
+    text = " ".join(parts) or "0"
+    return text[2:] if text.startswith("+ ") else "−" + text[2:] if text.startswith("− ") else text
+
+
+@dataclass(frozen=True)
+class Residual:
+    """With stand-in sublayers, what a norm receives (or the block outputs) is a fixed
+    combination of x and the sublayers' outputs; a wrong one is said as the combination it is."""
+
+    key: str
+    terms: Callable[[str, Arrays], tuple[str, dict[str, np.ndarray]]]
+
+    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+        if "f1_weight" not in inputs or got.shape != want.shape or np.allclose(got, want):
+            return ""
+        correct, terms = self.terms(self.key, inputs)
+        design = np.stack([t.ravel() for t in terms.values()], 1)
+        coefficients, *_ = np.linalg.lstsq(design, got.ravel().astype(np.float64), rcond=None)
+        if np.linalg.norm(design @ coefficients - got.ravel()) > 1e-6 * np.linalg.norm(got):
+            return ""  # no combination of these terms: nothing sure to say
+        found = _combination(coefficients, list(terms))
+        return f"{key} is {found}, where {correct}"
+
+
+@dataclass(frozen=True)
+class CallCounts:
+    """Each norm of a block is called exactly once per forward."""
+
+    key: str = "how many times norm1 and norm2 are called"
+
+    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+        if np.array_equal(got, want):
+            return ""
+        said = {1: "once", 2: "twice"}
+        counts = [said.get(int(n), f"{int(n)} times") for n in got]
+        return (
+            f"`norm1` is called {counts[0]} and `norm2` {counts[1]} per forward; each sublayer "
+            "has its own norm, called once"
+        )
+
+
+@dataclass(frozen=True)
+class BatchIndependence:
+    """Samples never meet in a block or a stack: the first sample's output is the same alone as
+    in its batch (the probe returns the change, 0 for any answer that keeps samples apart)."""
+
+    key: str = ALONE
+
+    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+        return (
+            "the first sample's output changes when the rest of the batch is removed: samples "
+            "are mixed across the batch (the input is (B, T, D), batch first; attention runs "
+            "over T within each sample)"
+        )
+
+
+def _block_properties(terms) -> tuple:
+    keys = ("what norm1 receives", "what norm2 receives", "output")
+    return (CallCounts(), *(Residual(k, terms) for k in keys), BatchIndependence())
+
+
+POST_LN_PROPERTIES = _block_properties(_post_ln_terms)
+PRE_LN_PROPERTIES = _block_properties(_pre_ln_terms)
+ENCODER_PROPERTIES = (BatchIndependence(),)
