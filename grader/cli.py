@@ -18,22 +18,24 @@ DEFAULT_COURSE = Path("course")
 
 def _release(args: argparse.Namespace) -> int:
     source = _source(args)  # an installed grader has no solutions/ to release from
-    from grader.release import generate, stale_files
+    from grader.release import generate, stale_files, student_wheel
 
     if args.check:
         stale = stale_files(source=source)
         if stale:
             print(
-                "notebooks/ is stale; run `grader release` and commit.",
+                "notebooks/ or normcheck/data/ is stale; run `grader release` and commit.",
                 "Differs:",
                 *stale,
                 sep="\n  ",
             )
             return 1
-        print("notebooks/ matches solutions/.")
+        print("notebooks/ and normcheck/data/ match solutions/.")
         return 0
     generate(source=source)
-    print("Regenerated notebooks/ from solutions/.")
+    print("Regenerated notebooks/ and normcheck/data/ from solutions/.")
+    if args.student_wheel:
+        print(f"Built {student_wheel(args.student_wheel)}")
     return 0
 
 
@@ -352,9 +354,17 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("course", type=Path, metavar="COURSE", help="the folder to create")
     init.set_defaults(run=_init)
 
-    release = commands.add_parser("release", help="regenerate notebooks/ from solutions/")
+    release = commands.add_parser(
+        "release", help="regenerate notebooks/ and normcheck/data/ from solutions/"
+    )
     release.add_argument(
         "--check", action="store_true", help="only compare; exit 1 naming stale files"
+    )
+    release.add_argument(
+        "--student-wheel",
+        type=Path,
+        metavar="DIR",
+        help="also build the students' wheel (what the notebooks import, no answers) into DIR",
     )
     release.set_defaults(run=_release)
 

@@ -76,7 +76,9 @@ def reference_lines() -> set[str]:
             text = text.replace(doc, "")
         for line in text.splitlines():
             code = line.split("#")[0].strip()
-            if len(code) >= 30 and not code.startswith(("def ", "class ", "self, ", "from ")):
+            if len(code) >= 30 and not code.startswith(
+                ("def ", "class ", "self, ", "from ", "import ")
+            ):
                 lines.add(code)
     return lines
 
