@@ -1,8 +1,11 @@
 """Students get no answers: what a student's demos import and the outputs a student sees hold no
-working implementation of a graded exercise.
+working implementation of a graded exercise, and the student's own checks judge as the grader
+does without one.
 
 `norm_utils` is what the released notebooks' demos import; the graded references live in
 `grader.reference`, which an answer may not import (an import of the grader earns no points).
+The notebooks' `check` is `normcheck`'s: the grader's judge on outputs stored at release time
+(tests/test_packaging.py installs the students' wheel alone and runs it).
 """
 
 from __future__ import annotations
@@ -11,15 +14,23 @@ import ast
 import importlib
 import inspect
 import pkgutil
+import subprocess
+import sys
 from types import ModuleType
+from typing import Any
 
+import nbformat
 import pytest
 
 import grader.reference
 import norm_utils
-from grader.checks import EXERCISES
-from grader.config import assignments
-from grader.notebook import source_notebook
+from grader.checks import EXERCISES, run
+from grader.config import RELEASE, assignments
+from grader.course import notebook_path
+from grader.notebook import answer_source, setup_code, source_notebook
+from grader.sandboxed.probe import load_answer
+from grader.submission import grade_notebook
+from normcheck import check, visible
 
 
 def _modules(package: ModuleType) -> list[ModuleType]:
@@ -104,3 +115,50 @@ def test_no_output_a_student_sees_prints_a_reference_implementation(assignment):
     """The solutions' stored outputs are what the released notebooks' demos print."""
     outputs = stored_outputs(assignment)
     assert sorted(line for line in reference_lines() if line in outputs) == []
+
+
+# --- the student's check: the grader's judge on stored outputs, and nothing of the answers ------
+
+IMPORTS_OF_THE_ANSWERS = """
+import sys
+import normcheck, normcheck.expected
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    raise NotImplementedError()
+
+normcheck.check("layer_norm", layer_norm)
+print(sorted(m for m in sys.modules if m.startswith(("grader.checks", "grader.reference"))))
+"""
+
+
+def test_the_students_check_loads_no_reference_known_mistake_or_check_module():
+    """normcheck judges with what it stores: running a check imports none of the checks'
+    modules (which hold the known mistakes and the hidden checks) nor the references."""
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORTS_OF_THE_ANSWERS], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.splitlines()[-1] == "[]", done.stdout
+
+
+def _mistakes() -> list[tuple[str, Any]]:
+    return [(e.name, m) for e in EXERCISES.values() for m in e.mistakes]
+
+
+@pytest.mark.parametrize(("name", "mistake"), _mistakes(), ids=lambda c: getattr(c, "name", c))
+def test_the_students_check_says_what_the_grader_says(name, mistake):
+    """On the stored outputs, the student's check judges each known mistake word for word as
+    the grader does computing them afresh (the data holds every mistake's outputs it needs)."""
+    graders = run(EXERCISES[name], mistake.impl, hidden=False, seed=0, source="")
+    assert visible(name, mistake.impl, source="").render() == graders.render()
+
+
+def test_grader_check_and_the_notebooks_check_cell_say_the_same(capsys):
+    """`grader check` on the untouched release, and each check cell run on its stubs."""
+    assignment = assignments()[0]
+    results = grade_notebook(notebook_path(RELEASE, assignment), assignment, seed=0, hidden=False)
+    notebook = nbformat.read(notebook_path(RELEASE, assignment), as_version=4)
+    for result in results:
+        stub = load_answer(setup_code(notebook), answer_source(notebook, result.name), result.name)
+        check(result.name, stub)  # not implemented yet: said, and the notebook goes on
+        assert capsys.readouterr().out == result.feedback + "\n"
+        assert f"`{result.name}` is not implemented yet" in result.feedback
