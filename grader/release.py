@@ -9,6 +9,7 @@ import filecmp
 import hashlib
 import importlib.metadata
 import re
+import shutil
 import tempfile
 import zipfile
 from pathlib import Path
@@ -25,11 +26,7 @@ class ReleaseError(RuntimeError):
     pass
 
 
-def write_checks(target: Path = expected.DATA, source: Path = SOLUTIONS) -> None:
-    """Write each assignment's visible checks as data under `target` (normcheck.expected), in
-    place of whatever was there."""
-    for stale in (*target.glob("*.json"), *target.glob("*.npz")):
-        stale.unlink()
+def _fresh_checks(target: Path, source: Path) -> None:
     for assignment in assignments(source):
         exercises = []
         for name in exercises_of(source_notebook(assignment, source)):
@@ -37,6 +34,29 @@ def write_checks(target: Path = expected.DATA, source: Path = SOLUTIONS) -> None
             cases = [(c, i, e) for (c, i), e in zip(ready.planned, ready.expected, strict=True)]
             exercises.append((EXERCISES[name], cases))
         expected.write(target, assignment, exercises)
+
+
+def _stale_checks(fresh: Path, kept: Path) -> list[str]:
+    """The stored checks' files of `kept` that are not those of `fresh` (up to rounding), both
+    files of a notebook together."""
+    names = {p.stem for p in fresh.glob("*.json")} | {p.stem for p in kept.glob("*.json")}
+    stale = [n for n in names if not expected.same(kept / f"{n}.json", fresh / f"{n}.json")]
+    return sorted(f"{kept.name}/{n}{suffix}" for n in stale for suffix in (".json", ".npz"))
+
+
+def write_checks(target: Path = expected.DATA, source: Path = SOLUTIONS) -> None:
+    """Write each assignment's visible checks as data under `target` (normcheck.expected): a
+    notebook's files are rewritten only when their checks changed, not their rounding, so that
+    a release on another machine changes nothing."""
+    with tempfile.TemporaryDirectory() as scratch:
+        fresh = Path(scratch)
+        _fresh_checks(fresh, source)
+        target.mkdir(parents=True, exist_ok=True)
+        for stale in _stale_checks(fresh, target):
+            name = Path(stale).name
+            (target / name).unlink(missing_ok=True)
+            if (fresh / name).is_file():
+                shutil.copyfile(fresh / name, target / name)
 
 
 def generate(
@@ -83,7 +103,7 @@ def stale_files(
     with tempfile.TemporaryDirectory() as scratch:
         fresh, fresh_checks = Path(scratch) / "notebooks", Path(scratch) / "data"
         generate(fresh, source=source, checks=fresh_checks)
-        return _differing(fresh, release) + _differing(fresh_checks, checks)
+        return _differing(fresh, release) + _stale_checks(fresh_checks, checks)
 
 
 # --- the students' wheel: what the released notebooks import, and no answer ----------------------

@@ -5,8 +5,10 @@ it, what it may not call, each visible check's words, points and tolerance, the 
 names and messages) and `data/<notebook>.npz` (each check's inputs, the reference's outputs and
 each known mistake's outputs on them: plain arrays, read without pickle). The student's `check()`
 judges an answer against them with the grader's own judge; no reference, known mistake's code or
-hidden check is in them. Both files are written byte for byte the same from the same checks, so
-that a test can tell when they drift from them.
+hidden check is in them. The JSON is written byte for byte the same from the same checks; the
+arrays are the same up to rounding (a reduction's last bits depend on the CPU and the thread
+count), so two releases are compared by `same`, which a test uses to tell when the stored checks
+drift from the checks.
 """
 
 from __future__ import annotations
@@ -169,6 +171,39 @@ def write(folder: Path, notebook: str, exercises: Iterable[tuple[Any, Planned]])
     (folder / f"{notebook}.json").write_text(text, encoding="utf-8")
     (folder / f"{notebook}.npz").write_bytes(archive)
     return [folder / f"{notebook}.json", folder / f"{notebook}.npz"]
+
+
+# --- comparing: the same checks, up to the rounding of the machine that computed them
+
+ROUNDING_ULPS = 256  # far below any check's tolerance, far above any reduction's reordering
+
+
+def _close(one: np.ndarray, other: np.ndarray) -> bool:
+    if one.dtype != other.dtype or one.shape != other.shape:
+        return False
+    if not np.issubdtype(one.dtype, np.floating):
+        return np.array_equal(one, other)
+    finite = np.isfinite(one)
+    if not np.array_equal(finite, np.isfinite(other)):
+        return False
+    if not np.array_equal(one[~finite], other[~finite], equal_nan=True):
+        return False
+    scale = float(np.abs(one[finite]).max(initial=0.0))
+    allowed = ROUNDING_ULPS * float(np.finfo(one.dtype).eps) * scale
+    return bool(np.all(np.abs(one[finite] - other[finite]) <= allowed))
+
+
+def same(one: Path, other: Path) -> bool:
+    """Whether two stored notebooks' checks (their .json paths) are the same: the same text, and
+    the same arrays up to rounding."""
+    paths = (one, other, one.with_suffix(".npz"), other.with_suffix(".npz"))
+    if not all(p.is_file() for p in paths) or one.read_bytes() != other.read_bytes():
+        return False
+    with (
+        np.load(one.with_suffix(".npz"), allow_pickle=False) as a,
+        np.load(other.with_suffix(".npz"), allow_pickle=False) as b,
+    ):
+        return a.files == b.files and all(_close(a[k], b[k]) for k in a.files)
 
 
 # --- reading

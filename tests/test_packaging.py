@@ -117,10 +117,12 @@ def test_the_wheel_holds_every_module_and_the_release_but_no_answer_key(installe
         texts = {n: wheel.read(n).decode() for n in released}
     modules = {
         p.relative_to(REPO).as_posix()
-        for package in ("grader", "norm_utils")
+        for package in ("grader", "norm_utils", "normcheck")
         for p in (REPO / package).rglob("*.py")
     }
     assert sorted(modules - names) == []
+    stored = {p.relative_to(REPO).as_posix() for p in (REPO / "normcheck" / "data").iterdir()}
+    assert len(stored) == 2 * len(assignments()) and stored <= names
     assert sorted(released) == [f"grader/notebooks/{a}/{a}.ipynb" for a in assignments()]
     assert [n for n in names if "solutions" in n.split("/")] == []
     assert [n for n, text in texts.items() if any(m in text for m in ANSWER_MARKERS)] == []

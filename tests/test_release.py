@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 
 from grader.checks import EXERCISES
@@ -16,6 +17,8 @@ from grader.config import REPO, SOLUTIONS, assignments
 from grader.course import grade_id, grade_id_of_tests, notebook_path
 from grader.notebook import exercises_of, source_notebook
 from grader.release import stale_files
+from normcheck import expected
+from normcheck.expected import DATA
 
 ASSIGNMENTS = assignments()
 
@@ -42,6 +45,35 @@ def test_a_hand_edit_to_the_release_is_named(tmp_path):
     edited = notebook_path(release, ASSIGNMENTS[0])
     edited.write_text(edited.read_text().replace("YOUR CODE HERE", "YOUR CODE THERE", 1))
     assert stale_files(release) == [f"notebooks/{ASSIGNMENTS[0]}/{ASSIGNMENTS[0]}.ipynb"]
+
+
+def test_a_stored_check_that_drifts_from_the_checks_is_named(tmp_path):
+    """normcheck/data is generated: a stored expected output that is not the checks' is stale."""
+    checks = shutil.copytree(DATA, tmp_path / "data")
+    text = (checks / f"{ASSIGNMENTS[0]}.json").read_text()
+    (checks / f"{ASSIGNMENTS[0]}.json").write_text(text.replace('"rtol": ', '"rtol": 2 * ', 1))
+    assert stale_files(checks=checks) == [f"data/{ASSIGNMENTS[0]}.{s}" for s in ("json", "npz")]
+
+
+def _nudged(folder: Path, by: float) -> Path:
+    """A copy of the first notebook's stored checks whose first float array moved `by` times
+    its largest value."""
+    copy = shutil.copytree(DATA, folder)
+    npz = copy / f"{ASSIGNMENTS[0]}.npz"
+    with np.load(npz) as data:
+        arrays = {k: data[k] for k in data.files}
+    key = next(k for k, v in arrays.items() if v.dtype == np.float32 and v.size > 1)
+    arrays[key] = arrays[key] + np.float32(by) * np.abs(arrays[key]).max()
+    np.savez(npz, **arrays)
+    return copy / f"{ASSIGNMENTS[0]}.json"
+
+
+def test_stored_checks_are_compared_up_to_the_rounding_of_another_machine(tmp_path):
+    """The arrays' last bits depend on the CPU and thread count: those never make them stale;
+    a change the checks' tolerance could see always does."""
+    stored = DATA / f"{ASSIGNMENTS[0]}.json"
+    assert expected.same(stored, _nudged(tmp_path / "rounded", 4e-7))
+    assert not expected.same(stored, _nudged(tmp_path / "changed", 1e-4))
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
