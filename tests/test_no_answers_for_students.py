@@ -31,6 +31,7 @@ from grader.notebook import answer_source, setup_code, source_notebook
 from grader.sandboxed.probe import load_answer
 from grader.submission import grade_notebook
 from normcheck import check, visible
+from normcheck.integrity import forbidden_uses
 
 
 def _modules(package: ModuleType) -> list[ModuleType]:
@@ -162,3 +163,10 @@ def test_grader_check_and_the_notebooks_check_cell_say_the_same(capsys):
         check(result.name, stub)  # not implemented yet: said, and the notebook goes on
         assert capsys.readouterr().out == result.feedback + "\n"
         assert f"`{result.name}` is not implemented yet" in result.feedback
+
+
+def test_an_answer_may_not_import_the_students_checks():
+    """normcheck holds the visible checks' expected outputs: an answer reading them earns
+    nothing, like one importing the grader."""
+    uses = forbidden_uses("from normcheck import expected\n", EXERCISES["layer_norm"])
+    assert uses == ["from normcheck import expected (line 1)"]
