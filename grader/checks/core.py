@@ -29,7 +29,7 @@ import torch
 
 from grader.checks.library import Forbidden
 from grader.sandboxed.probe import Arrays, Outputs, Probe, StudentError, outputs_of
-from normcheck.judge import CheckOutcome, Expected, Verdict, difference, margin, named
+from normcheck.judge import CheckOutcome, Expected, Verdict, difference, margin
 from normcheck.judge import judge_check as judged
 from normcheck.properties import Property
 
@@ -50,7 +50,6 @@ __all__ = [
     "judge",
     "judge_check",
     "margin",
-    "named",
     "outputs_of",
     "plan",
     "prepare",
@@ -222,7 +221,8 @@ def judge(
 ) -> Verdict:
     """Judge the outputs the student's code produced for each planned check, in order, against
     `expected` (computed here unless given: see `prepare`)."""
-    expected = expected or [expect(exercise, c, i) for c, i in planned]
+    if expected is None:
+        expected = [expect(exercise, c, i) for c, i in planned]
     outcomes = [
         judge_check(exercise, c, i, o, e)
         for (c, i), o, e in zip(planned, outputs, expected, strict=True)
