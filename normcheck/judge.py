@@ -14,6 +14,8 @@ square root"); else explained by the first property of a correct output it viola
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -49,8 +51,13 @@ class Expected:
 
     want: Arrays  # the reference's outputs; none for a check that expects the answer to raise
     # Each known mistake that runs on these inputs and can be told from the reference there
-    # (for a refusal: each one that returns), with its outputs.
-    mistakes: tuple[tuple[Any, Arrays], ...] = ()
+    # (for a refusal: each one that returns), with its outputs; or how to compute them, the
+    # first time a wrong answer needs them (a right one never does).
+    known: tuple[tuple[Any, Arrays], ...] | Callable[[], tuple[tuple[Any, Arrays], ...]] = ()
+
+    @functools.cached_property
+    def mistakes(self) -> tuple[tuple[Any, Arrays], ...]:
+        return self.known() if callable(self.known) else self.known
 
 
 @dataclass

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,7 @@ import torch
 
 from grader.checks.library import Forbidden
 from grader.sandboxed.probe import Arrays, Outputs, Probe, StudentError, outputs_of
-from normcheck.judge import CheckOutcome, Expected, Verdict, difference, margin
+from normcheck.judge import CheckOutcome, Expected, Verdict, difference, margin, named
 from normcheck.judge import judge_check as judged
 from normcheck.properties import Property
 
@@ -50,6 +51,7 @@ __all__ = [
     "judge",
     "judge_check",
     "margin",
+    "named",
     "outputs_of",
     "plan",
     "prepare",
@@ -148,18 +150,27 @@ def expected_outputs(exercise: Exercise, check: Check, inputs: Arrays) -> Arrays
     return outputs_of(exercise, exercise.reference, ref_inputs)
 
 
+def _told_apart(exercise: Exercise, check: Check, inputs: Arrays, want: Arrays):
+    """Each known mistake's outputs on `inputs` where they differ from `want` (a mistake may not
+    apply to every input, e.g. shapes: it is left out). torch's random state is left as it was
+    (a mistake may build a model)."""
+    mistakes = []
+    with torch.random.fork_rng():
+        for mistake in exercise.mistakes:
+            try:
+                wrong = outputs_of(exercise, mistake.impl, inputs)
+            except Exception:
+                continue
+            if check.expects is not None or difference(wrong, want, check):
+                mistakes.append((mistake, wrong))
+    return tuple(mistakes)
+
+
 def expect(exercise: Exercise, check: Check, inputs: Arrays) -> Expected:
     """What `inputs` should give: the reference's outputs, and each known mistake's where they
-    differ from them (a mistake may not apply to every input, e.g. shapes: it is left out)."""
-    want, mistakes = expected_outputs(exercise, check, inputs), []
-    for mistake in exercise.mistakes:
-        try:
-            wrong = outputs_of(exercise, mistake.impl, inputs)
-        except Exception:
-            continue
-        if check.expects is not None or difference(wrong, want, check):
-            mistakes.append((mistake, wrong))
-    return Expected(want, tuple(mistakes))
+    differ from them, computed the first time a wrong answer needs them."""
+    want = expected_outputs(exercise, check, inputs)
+    return Expected(want, partial(_told_apart, exercise, check, inputs, want))
 
 
 def judge_check(
