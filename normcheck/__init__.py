@@ -71,8 +71,9 @@ def _stored() -> dict:
     return stored()
 
 
-def _autograding() -> bool:
-    return os.environ.get("NBGRADER_EXECUTION") == "autograde"
+def _nbgrader_running(step: str) -> bool:
+    """Whether nbgrader runs this notebook to `step` it ("autograde", "validate")."""
+    return os.environ.get("NBGRADER_EXECUTION") == step
 
 
 def visible(name: str, answer: Any, source: str) -> Verdict:
@@ -91,9 +92,11 @@ def visible(name: str, answer: Any, source: str) -> Verdict:
 def check(name: str, answer: Any) -> None:
     """The visible checks of exercise `name`. Prints the verdict when the answer passes, or is
     not answered yet (it raises NotImplementedError: the notebook runs on past it); raises
-    CheckFailed with the verdict in plain words when it is wrong."""
+    CheckFailed with the verdict in plain words when it is wrong. Under `nbgrader validate`, an
+    exercise not answered yet fails too: the notebook does not pass its tests."""
     verdict = visible(name, answer, source_of(answer))
-    if verdict.passed or verdict.not_implemented or _autograding():
+    waiting = verdict.not_implemented and not _nbgrader_running("validate")
+    if verdict.passed or waiting or _nbgrader_running("autograde"):
         print(verdict.render())  # when grading, the hidden part decides the score
     else:
         raise CheckFailed(verdict.render())

@@ -204,12 +204,19 @@ def test_runtime_tripwire_catches_what_the_source_scan_cannot_see():
     assert verdict.score == 0 and "layer_norm" in verdict.integrity
 
 
-def test_an_unimplemented_stub_is_said_in_plain_words_and_lets_the_notebook_run_on(capsys):
-    def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
-        raise NotImplementedError()
+def _stub(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    raise NotImplementedError()
 
-    check("layer_norm", layer_norm)  # Run All goes on past an exercise not answered yet
+
+def test_an_unimplemented_stub_is_said_in_plain_words_and_lets_the_notebook_run_on(capsys):
+    check("layer_norm", _stub)  # Run All goes on past an exercise not answered yet
     assert "`layer_norm` is not implemented yet" in capsys.readouterr().out
+
+
+def test_nbgrader_validate_still_fails_an_unimplemented_stub(monkeypatch):
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
+    with pytest.raises(CheckFailed, match="`layer_norm` is not implemented yet"):
+        check("layer_norm", _stub)
 
 
 def test_a_wrong_answer_fails_its_check_in_plain_words():
