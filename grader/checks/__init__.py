@@ -62,6 +62,9 @@ def rubric() -> str:
             f"| {c.points:g} | {c.description} | {'hidden' if c.hidden else 'visible'} |"
             for c in e.checks
         ]
+        if e.structure is not None:
+            what, cap = e.structure.what, e.structure.cap
+            lines += ["", f"Structure: {what}. An answer built otherwise keeps at most {cap:g}."]
     return "\n".join(lines) + "\n"
 
 

@@ -21,13 +21,16 @@ slip is inside their tolerance, `WIDE`):
 - `batch_norm` (10): the channel axis, over N and L, 5 (three steps on (N, C, L) batches 2, an
   (N, C, L = C) batch 2, running statistics that start elsewhere 1.5 — less the seed's table);
   which variance normalizes and which is stored 2.5 (4 values per channel, a square batch);
-  evaluation from the running statistics 1; the seed's table 1. Channels taken as the last dim
-  keep 4.5, statistics per sample 0, either variance slip 6.5.
+  evaluation from the running statistics 1; the seed's table 1. Either variance slip keeps 6.5;
+  statistics over other sets than each channel's are a wrong structure, capped at 2 (channels
+  taken as the last dim 2, statistics per sample 0).
 - `group_norm` (6): which values form a group (consecutive channels, every position) 4; the
-  estimator 1; ε 1. Interleaved groups keep 1, spatial dims left out 0, the n−1 slip 5.
+  estimator 1; ε 1. The n−1 slip keeps 5; other groups are a wrong structure, capped at 1
+  (interleaved groups 1, spatial dims left out 0).
 - `rms_norm` (6): the dims `normalized_shape` covers 2.5; what `eps=None` means and where ε goes
   2 (float32 and float64 rows of tiny mean square, an explicit eps, an all-zero row); the
-  weight 1. Statistics over the last dim only keep 3.5; each ε slip 4 to 5.5.
+  weight 1. Each ε slip keeps 4 to 5.5; a mean square over other dims is a wrong structure,
+  capped at 1 (the last dim only 1).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, also_visible
+from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, Structure, also_visible
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, forbid
 from grader.checks.properties import (
@@ -152,12 +155,14 @@ BATCH_NORM_MISTAKES = (
         "Your statistics run over each sample's features (LayerNorm's axis); BatchNorm's run "
         "over the batch for each channel (every dim except dim 1).",
         partial(_batch_norm_variant, axis="sample"),
+        structural=True,
     ),
     Mistake(
         "channels taken as the last dim",
         "Your statistics treat the last dim as the channels, as if the input were (N, L, C); "
         "BatchNorm's channels are dim 1 of an (N, C) or (N, C, L) input.",
         partial(_batch_norm_variant, axis="last"),
+        structural=True,
     ),
 )
 
@@ -213,6 +218,7 @@ BATCH_NORM = Exercise(
     forbidden=forbid(*NORMALIZATIONS),
     mistakes=BATCH_NORM_MISTAKES,
     properties=(BATCH_NORM_TRAINING, *BATCH_NORM_RUNNING),
+    structure=Structure("statistics per channel, dim 1, over every other dim", cap=2),
     forms=(("x", "2-d"), ("x", "3-d")),
     checks=(
         Check(
@@ -505,6 +511,7 @@ GROUP_NORM = Exercise(
     reference=F.group_norm,
     probe=probe_group_norm,
     properties=(GROUP_NORM_SETS,),
+    structure=Structure("a group is C/G consecutive channels at every position", cap=1),
     forms=(("x", "3-d"), ("x", "4-d")),
     forbidden=forbid(*NORMALIZATIONS),
     mistakes=(
@@ -524,12 +531,14 @@ GROUP_NORM = Exercise(
             "Your groups take every G-th channel; a group is C/G *consecutive* channels "
             "(reshape to (N, G, C/G, ...), not (N, C/G, G, ...)).",
             partial(_group_norm_variant, interleaved=True),
+            structural=True,
         ),
         Mistake(
             "spatial dims left out",
             "Your statistics pool a group's channels at each position separately; GroupNorm "
             "pools the group's channels and all spatial (or length) positions together.",
             partial(_group_norm_variant, per_position=True),
+            structural=True,
         ),
         Mistake(
             "affine ignored",
@@ -645,6 +654,7 @@ RMS_NORM = Exercise(
     reference=_rms_reference,
     probe=probe_rms_norm,
     properties=(trailing_norm(centered=False),),
+    structure=Structure("a mean square per row of the normalized_shape dims", cap=1),
     forms=(
         ("normalized_shape", "int"),
         ("normalized_shape", "tuple"),
@@ -687,6 +697,7 @@ RMS_NORM = Exercise(
             "Your mean square covers only the last dim; with a multi-dim `normalized_shape` it "
             "runs over all of its trailing dims together.",
             partial(_rms_norm_variant, last_dim_only=True),
+            structural=True,
         ),
         Mistake(
             "root of the sum",

@@ -12,9 +12,10 @@ Rubric of `layer_norm` (10 points): what is normalized matters most, so the dims
 dims 1.5); the variance estimator (the seed's example and rows of 4 features) 2; ε under the
 root and the caller's ε 1.5; stable float32 statistics 1; the rest (per-token rows, constant
 rows) 1. The checks other than the estimator's use rows of 4096 values, where the n−1 slip is
-inside their tolerance, so a slip costs its own points only: ignoring `normalized_shape`
-(statistics over the last dim only) keeps 5.5, the unbiased variance 8, statistics over the
-batch 0.5.
+inside their tolerance, so a slip costs its own points only: the unbiased variance keeps 8.
+Statistics over other dims than `normalized_shape`'s are a wrong structure (`Structure`): the
+checks such an answer passes (every 1-d `normalized_shape`) presuppose the right rows, so it
+keeps at most 2 — ignoring `normalized_shape` (the last dim only) 2, the batch 0.5.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, also_visible
+from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, Structure, also_visible
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, VARIANCE, forbid
 from grader.checks.properties import LAYER_NORM_BACKWARD as BACKWARD_INVARIANTS
@@ -102,12 +103,14 @@ LAYER_NORM_MISTAKES = (
         "Your statistics run over the batch axis (like BatchNorm); LayerNorm computes them per "
         "sample, over the trailing `normalized_shape` dims.",
         partial(_layer_norm_variant, batch_axis=True),
+        structural=True,
     ),
     Mistake(
         "last dim only",
         "Your statistics cover only the last dim; with a multi-dim `normalized_shape` they must "
         "run over all of its trailing dims together.",
         partial(_layer_norm_variant, last_dim_only=True),
+        structural=True,
     ),
     Mistake(
         "affine ignored",
@@ -167,6 +170,7 @@ LAYER_NORM = Exercise(
     forbidden=forbid(*NORMALIZATIONS),
     mistakes=LAYER_NORM_MISTAKES,
     properties=(trailing_norm(centered=True),),
+    structure=Structure("statistics per row of the normalized_shape dims", cap=2),
     forms=(("normalized_shape", "int"), ("normalized_shape", "tuple")),
     checks=(
         Check(

@@ -17,19 +17,23 @@ beyond the float64 tolerance, for any grading seed.
 
 Rubric: every check of a block or a stack tests its residual structure (where each norm sits,
 what each sublayer reads), the centre of this notebook, so a misplaced norm keeps at most the
-points of the one check it happens to pass (0 or 1 of 6; 0 of 4 for the stack).
+points of the one check it happens to pass (0 or 1 of 6; 0 of 4 for the stack). A block or a
+stack that mixes samples across the batch passes the stand-in and switched-off checks, whose
+sublayers keep samples apart; those checks presuppose a block that does too, so any wrong
+structure (mixed samples, a norm reading the wrong tensor) keeps at most 1 of 6 (0.5 of 4).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from torch import nn
 
-from grader.checks.core import Arrays, Check, Exercise, Mistake
+from grader.checks.core import Arrays, Check, Exercise, Mistake, Structure
 from grader.checks.library import LIBRARY_BLOCKS, LIBRARY_STACKS, forbid
+from grader.checks.properties import Structural
 from grader.reference.blocks import PostLNBlock, PreLNBlock
 from grader.sandboxed import probes
 from grader.sandboxed.probes import ALONE, probe_block, probe_stack
@@ -307,6 +311,12 @@ ENCODER_MISTAKES = (
     ),
 )
 
+# Every wrong placement is a wrong structure: none keeps more than its exercise's cap.
+POST_LN_MISTAKES, PRE_LN_MISTAKES, ENCODER_MISTAKES = (
+    tuple(replace(m, structural=True) for m in mistakes)
+    for mistakes in (POST_LN_MISTAKES, PRE_LN_MISTAKES, ENCODER_MISTAKES)
+)
+
 # ---------------------------------------------------------------------------------------------
 # Residual structure read off the stand-in check: what each norm receives, and the output, as a
 # combination of the tensors a block could add up (x, F₁ of what, LN of what)
@@ -382,7 +392,7 @@ class Residual:
         if np.linalg.norm(design @ coefficients - got.ravel()) > 1e-6 * np.linalg.norm(got):
             return ""  # no combination of these terms: nothing sure to say
         found = _combination(coefficients, list(terms))
-        return f"{key} is {found}, where {correct}"
+        return Structural(f"{key} is {found}, where {correct}")
 
 
 @dataclass(frozen=True)
@@ -396,7 +406,7 @@ class CallCounts:
             return ""
         said = {1: "once", 2: "twice"}
         counts = [said.get(int(n), f"{int(n)} times") for n in got]
-        return (
+        return Structural(
             f"`norm1` is called {counts[0]} and `norm2` {counts[1]} per forward; each sublayer "
             "has its own norm, called once"
         )
@@ -410,7 +420,7 @@ class BatchIndependence:
     key: str = ALONE
 
     def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
-        return (
+        return Structural(
             "the first sample's output changes when the rest of the batch is removed: samples "
             "are mixed across the batch (the input is (B, T, D), batch first; attention runs "
             "over T within each sample)"
@@ -424,6 +434,11 @@ def _block_properties(terms) -> tuple:
 
 # ---------------------------------------------------------------------------------------------
 # Exercises
+
+
+BLOCK_STRUCTURE = Structure(
+    "samples kept apart, each norm reading the tensor its placement gives it", cap=1
+)
 
 
 def _block_checks(placement: str, switched_off: str) -> tuple[Check, ...]:
@@ -470,6 +485,7 @@ POST_LN_BLOCK = Exercise(
     mistakes=POST_LN_MISTAKES,
     **_TOL,
     properties=_block_properties(_post_ln_terms),
+    structure=BLOCK_STRUCTURE,
     forbidden=forbid(LIBRARY_BLOCKS, LIBRARY_STACKS),
 )
 
@@ -481,6 +497,7 @@ PRE_LN_BLOCK = Exercise(
     mistakes=PRE_LN_MISTAKES,
     **_TOL,
     properties=_block_properties(_pre_ln_terms),
+    structure=BLOCK_STRUCTURE,
     forbidden=forbid(LIBRARY_BLOCKS, LIBRARY_STACKS),
 )
 
@@ -516,6 +533,7 @@ PRE_LN_ENCODER = Exercise(
     ),
     mistakes=ENCODER_MISTAKES,
     properties=(BatchIndependence(),),
+    structure=Structure("samples kept apart, one final LayerNorm after the blocks", cap=0.5),
     **_TOL,
     forbidden=forbid(LIBRARY_STACKS),
 )

@@ -31,6 +31,13 @@ import numpy as np
 if TYPE_CHECKING:
     from grader.checks.core import Arrays
 
+
+class Structural(str):
+    """A finding that the answer is built wrong (statistics over other sets of values, samples
+    mixed across the batch, a norm reading the wrong tensor), not merely off: a str like every
+    finding, which the verdict reads to cap the exercise (`core.Structure`)."""
+
+
 # An output and the check's inputs -> a (sets, values) array, each row one set of values that
 # share a statistic, before the affine; None when that view does not apply to these inputs.
 Grouping = Callable[[np.ndarray, dict[str, np.ndarray]], "np.ndarray | None"]
@@ -166,11 +173,12 @@ def _sentence(p: Normalized, key: str, inputs: Arrays, got: np.ndarray, want: np
             joint = ", and" if where else ", but"
             given = " and ".join(f"`{k}`" for k in ("weight", "bias") if k in inputs)
             verb = "are" if " and " in given else "is"
-            return f"{key} is normalized {words}{where}{joint} {given} {verb} not applied"
+            said = f"{key} is normalized {words}{where}{joint} {given} {verb} not applied"
+            return Structural(said) if where else said
     if not _evenly_normalized(rows_got, p.centered):
         words = _first_normalized(options[1:], got, inputs, p.centered)
         if words:
-            return f"{key} is normalized {words}, not {p.over}"
+            return Structural(f"{key} is normalized {words}, not {p.over}")
     mean = rows_got.mean(1)
     if p.centered:
         off = np.abs(mean) > 0.01 * scale + 1e-6
