@@ -26,9 +26,9 @@ import numpy as np
 import torch
 
 from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, Structure, also_visible
+from grader.checks.gradients import LAYER_NORM_BACKWARD as BACKWARD_PROPERTIES
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, VARIANCE, forbid
-from grader.checks.properties import LAYER_NORM_BACKWARD as BACKWARD_INVARIANTS
 from grader.checks.properties import Variance, trailing_norm
 from grader.reference import functional as ref
 from grader.sandboxed.probe import trailing_dims
@@ -360,7 +360,7 @@ LAYER_NORM_BACKWARD = Exercise(
     name="layer_norm_backward",
     reference=ref.layer_norm_backward,
     probe=probe_backward,
-    properties=BACKWARD_INVARIANTS,
+    properties=BACKWARD_PROPERTIES,
     **_F64,
     forbidden=forbid(*NORMALIZATIONS),
     forms=(("normalized_shape", "int"), ("normalized_shape", "tuple")),

@@ -25,7 +25,6 @@ structure (mixed samples, a norm reading the wrong tensor) keeps at most 1 of 6 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -33,7 +32,7 @@ from torch import nn
 
 from grader.checks.core import Arrays, Check, Exercise, Mistake, Structure
 from grader.checks.library import LIBRARY_BLOCKS, LIBRARY_STACKS, forbid
-from grader.checks.properties import Structural
+from grader.checks.properties import Combination, Structural
 from grader.reference.blocks import PostLNBlock, PreLNBlock
 from grader.sandboxed import probes
 from grader.sandboxed.probes import ALONE, probe_block, probe_stack
@@ -336,8 +335,11 @@ def _stand_ins(a: Arrays):
     return f1, f2, ln1, ln2
 
 
-def _post_ln_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]]:
-    """(what belongs there, in words; the terms a wrong one may combine) for `key`."""
+def _post_ln_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]] | None:
+    """(what belongs there, in words; the terms a wrong one may combine) for `key`; None
+    without stand-in sublayers, where the block's own sublayers are no known tensors."""
+    if "f1_weight" not in a:
+        return None
     f1, f2, ln1, ln2 = _stand_ins(a)
     x = a["x"]
     h = ln1(x + f1(x))
@@ -351,7 +353,9 @@ def _post_ln_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]]:
     }
 
 
-def _pre_ln_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]]:
+def _pre_ln_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]] | None:
+    if "f1_weight" not in a:
+        return None
     f1, f2, ln1, ln2 = _stand_ins(a)
     x = a["x"]
     u = x + f1(ln1(x))
@@ -363,36 +367,10 @@ def _pre_ln_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]]:
     return "u + F₂(LN₂(u)) belongs, with u = x + F₁(LN₁(x))", terms
 
 
-def _combination(coefficients: np.ndarray, names: list[str]) -> str:
-    """'x − F₁(x)', '2·h', '0' from least-squares coefficients."""
-    parts = []
-    for c, name in zip(coefficients, names, strict=True):
-        if abs(c) < 1e-6:
-            continue
-        size = "" if abs(abs(c) - 1) < 1e-6 else f"{abs(c):.3g}·"
-        parts.append(("− " if c < 0 else "+ ") + size + name)
-    text = " ".join(parts) or "0"
-    return text[2:] if text.startswith("+ ") else "−" + text[2:] if text.startswith("− ") else text
-
-
-@dataclass(frozen=True)
-class Residual:
-    """With stand-in sublayers, what a norm receives (or the block outputs) is a fixed
-    combination of x and the sublayers' outputs; a wrong one is said as the combination it is."""
-
-    key: str
-    terms: Callable[[str, Arrays], tuple[str, dict[str, np.ndarray]]]
-
-    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
-        if "f1_weight" not in inputs or got.shape != want.shape or np.allclose(got, want):
-            return ""
-        correct, terms = self.terms(self.key, inputs)
-        design = np.stack([t.ravel() for t in terms.values()], 1)
-        coefficients, *_ = np.linalg.lstsq(design, got.ravel().astype(np.float64), rcond=None)
-        if np.linalg.norm(design @ coefficients - got.ravel()) > 1e-6 * np.linalg.norm(got):
-            return ""  # no combination of these terms: nothing sure to say
-        found = _combination(coefficients, list(terms))
-        return Structural(f"{key} is {found}, where {correct}")
+def _stack_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]]:
+    """A stack's output against the input and its final norm of the input: the blocks skipped."""
+    x = a["x"]
+    return "LN_f of the last block's output belongs", {"LN_f(x)": _layer_norm(x, a, "norm"), "x": x}
 
 
 @dataclass(frozen=True)
@@ -429,7 +407,8 @@ class BatchIndependence:
 
 def _block_properties(terms) -> tuple:
     keys = ("what norm1 receives", "what norm2 receives", "output")
-    return (CallCounts(), *(Residual(k, terms) for k in keys), BatchIndependence())
+    residuals = (Combination(k, terms, structural=True) for k in keys)
+    return (CallCounts(), *residuals, BatchIndependence())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -532,7 +511,7 @@ PRE_LN_ENCODER = Exercise(
         ),
     ),
     mistakes=ENCODER_MISTAKES,
-    properties=(BatchIndependence(),),
+    properties=(BatchIndependence(), Combination("output", _stack_terms, structural=True)),
     structure=Structure("samples kept apart, one final LayerNorm after the blocks", cap=0.5),
     **_TOL,
     forbidden=forbid(LIBRARY_STACKS),

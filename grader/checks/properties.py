@@ -93,6 +93,57 @@ class Invariant:
         return f"{self.what} is far from 0 in {_places(off, self.unit)}: {self.why}"
 
 
+# An output's key and the check's inputs -> (what belongs there, in words; the known tensors a
+# wrong one may combine, by name), or None where these inputs hold no such tensors.
+Terms = Callable[[str, dict[str, np.ndarray]], "tuple[str, dict[str, np.ndarray]] | None"]
+
+
+def _combination(coefficients: np.ndarray, names: list[str]) -> str:
+    """'x − F₁(x)', '2·h', '0' from least-squares coefficients."""
+    parts = []
+    for c, name in zip(coefficients, names, strict=True):
+        if abs(c) < 1e-6:
+            continue
+        size = "" if abs(abs(c) - 1) < 1e-6 else f"{abs(c):.3g}·"
+        parts.append(("− " if c < 0 else "+ ") + size + name)
+    text = " ".join(parts) or "0"
+    return text[2:] if text.startswith("+ ") else "−" + text[2:] if text.startswith("− ") else text
+
+
+def fit(got: np.ndarray, terms: dict[str, np.ndarray]) -> np.ndarray | None:
+    """The coefficients that make `got` a combination of `terms` exactly (up to rounding), by
+    least squares; None when no combination of them is `got`."""
+    design = np.stack([t.ravel() for t in terms.values()], 1).astype(np.float64)
+    target = got.ravel().astype(np.float64)
+    coefficients, *_ = np.linalg.lstsq(design, target, rcond=None)
+    if np.linalg.norm(design @ coefficients - target) > 1e-6 * np.linalg.norm(target):
+        return None
+    return coefficients
+
+
+@dataclass(frozen=True)
+class Combination:
+    """Where a correct output is a fixed combination of known tensors (x and the sublayers'
+    outputs in a block with stand-in sublayers, the sums a gradient is made of), a wrong one is
+    often another combination of them: said as the combination it is ("what norm1 receives is
+    x − F₁(x), where x + F₁(x) belongs")."""
+
+    key: str
+    terms: Terms
+    structural: bool = False  # a wrong combination is a wrong structure (`Structural`)
+
+    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+        found = self.terms(self.key, inputs)
+        if found is None or got.shape != want.shape or np.allclose(got, want):
+            return ""
+        correct, terms = found
+        coefficients = fit(got, terms)
+        if coefficients is None:
+            return ""  # no combination of these terms: nothing sure to say
+        said = f"{key} is {_combination(coefficients, list(terms))}, where {correct}"
+        return Structural(said) if self.structural else said
+
+
 def _spread(rows: np.ndarray, centered: bool) -> np.ndarray:
     return rows.var(1) if centered else (rows * rows).mean(1)
 
@@ -150,6 +201,22 @@ def _first_normalized(
     return min(found)[1] if found else ""
 
 
+def _centered_instead(p: Normalized, got: np.ndarray, want: np.ndarray, given: Arrays) -> str:
+    """The words of the first of `p.instead`'s sets over which `got` has mean 0 and a correct
+    output does not (the mean was taken over those sets); '' if none."""
+    for words, grouping in p.instead:
+        rows_got, rows_want = grouping(got, given), grouping(want, given)
+        if rows_got is None or rows_want is None or rows_got.shape[1] < 2:
+            continue
+        rows_got, rows_want = rows_got.astype(np.float64), rows_want.astype(np.float64)
+        scale = np.sqrt(rows_want.var(1)) + 1e-12
+        if np.all(np.abs(rows_got.mean(1)) < 1e-3 * scale) and np.any(
+            np.abs(rows_want.mean(1)) > 0.01 * scale
+        ):
+            return words
+    return ""
+
+
 def _sentence(p: Normalized, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
     rows_got, rows_want = p.sets(got, inputs), p.sets(want, inputs)
     if rows_got is None or rows_want is None or rows_got.shape != rows_want.shape:
@@ -179,6 +246,13 @@ def _sentence(p: Normalized, key: str, inputs: Arrays, got: np.ndarray, want: np
         words = _first_normalized(options[1:], got, inputs, p.centered)
         if words:
             return Structural(f"{key} is normalized {words}, not {p.over}")
+    if p.centered:
+        words = _centered_instead(p, got, want, inputs)
+        if words:
+            return Structural(
+                f"{key} has mean 0 {words}, not {p.over}: its mean is taken over other dims than "
+                "its variance"
+            )
     mean = rows_got.mean(1)
     if p.centered:
         off = np.abs(mean) > 0.01 * scale + 1e-6
@@ -219,6 +293,8 @@ def _affine_relation(key: str, got: np.ndarray, want: np.ndarray) -> str:
     shift = float(np.mean(got - want))
     if np.linalg.norm(got - want - shift) < 1e-3 * norm and abs(shift) > 1e-6:
         return f"{key} is the correct value shifted by the same {shift:.2g} everywhere"
+    if np.all(want != 0) and np.allclose(got * want, 1, rtol=1e-3):
+        return f"{key} is 1 / the correct value: a division is upside down"
     return ""
 
 
@@ -481,59 +557,9 @@ def _channels_per_sample(y: np.ndarray, a: Arrays) -> np.ndarray | None:
     return None if plain is None else plain.reshape(y.shape[0] * y.shape[1], -1)
 
 
-def _normalized_rows(values: np.ndarray, a: Arrays) -> np.ndarray:
+def normalized_rows(values: np.ndarray, a: Arrays) -> np.ndarray:
+    """`values` as (rows, n): one row per set of the trailing `normalized_shape` dims."""
     return values.reshape(-1, int(np.prod(values.shape[-_trailing_count(a) :])))
-
-
-def _centered_x(a: Arrays) -> np.ndarray:
-    rows = _normalized_rows(a["x"].astype(np.float64), a)
-    return rows - rows.mean(1, keepdims=True)
-
-
-def _off_the_scale_path(g_x: np.ndarray, a: Arrays) -> np.ndarray:
-    """Per row, how far grad_x's part that moves neither the row's mean nor its spread is from
-    rstd·(the same part of grad_out·γ): along those directions LayerNorm only scales by γ/σ."""
-    x = _centered_x(a)
-    rstd = 1 / np.sqrt((x * x).mean(1, keepdims=True) + float(a["eps"]))
-    x_hat = x * rstd
-    g = a["grad_out"] * a["weight"] if "weight" in a else a["grad_out"]
-
-    def off_mean_and_spread(v: np.ndarray) -> np.ndarray:
-        v = v - v.mean(1, keepdims=True)
-        return v - x_hat * (v * x_hat).sum(1, keepdims=True) / (x_hat * x_hat).sum(1, keepdims=True)
-
-    rows = off_mean_and_spread(_normalized_rows(g_x.astype(np.float64), a))
-    through = rstd * off_mean_and_spread(_normalized_rows(g.astype(np.float64), a))
-    return np.linalg.norm(rows - through, axis=1)
-
-
-LAYER_NORM_BACKWARD = (
-    Invariant(
-        key="grad_x",
-        unit="row",
-        what="the sum of grad_x over the normalized dims",
-        why="shifting a row of x does not move LayerNorm's output, so its gradient has no "
-        "component along that shift; the term from μ depending on x (−⟨g⟩) is missing or wrong",
-        zero=lambda g, a: _normalized_rows(g.astype(np.float64), a).sum(1),
-    ),
-    Invariant(
-        key="grad_x",
-        unit="row",
-        what="the sum of grad_x·(x − μ) over the normalized dims",
-        why="rescaling a row of x leaves LayerNorm's output (almost) unchanged, so its gradient "
-        "is orthogonal to x − μ; the term from σ depending on x (−x̂⟨g·x̂⟩) is missing or wrong",
-        zero=lambda g, a: (_normalized_rows(g.astype(np.float64), a) * _centered_x(a)).sum(1),
-    ),
-    Invariant(
-        key="grad_x",
-        unit="row",
-        what="the part of grad_x that moves neither a row's mean nor its spread, less "
-        "grad_out·γ/σ there,",
-        why="along those directions LayerNorm only scales by γ/σ; the weight γ or the factor "
-        "1/σ is missing or wrong in that term",
-        zero=_off_the_scale_path,
-    ),
-)
 
 
 def _first_training_batch(y: np.ndarray, a: Arrays, per_token: bool) -> np.ndarray | None:
@@ -685,12 +711,27 @@ class Variance:
             hint = _unbiased_hint(ratio, n)
             if hint:
                 return f"{key} is {ratio:.3g} times the biased variance{hint}"
+        if _about_another_mean(got, inputs):
+            return (
+                f"{key} measures the deviations from the mean along another dim than `dim`: "
+                "the mean and the squares must run along the same dim"
+            )
         if np.all(got > want * (1 + 1e-3)):
             return (
                 f"{key} is larger than the variance everywhere: the squared deviations are not "
                 "taken from the mean along `dim` (any other centre gives more)"
             )
         return ""
+
+
+def _about_another_mean(got: np.ndarray, a: Arrays) -> bool:
+    """`got` is the mean square along `dim` of the deviations from the mean along another dim."""
+    x, dim = a["x"].astype(np.float64), int(a["dim"]) % a["x"].ndim
+    for other in set(range(x.ndim)) - {dim}:
+        deviations = x - x.mean(other, keepdims=True)
+        if np.allclose(got, (deviations**2).mean(dim), rtol=1e-3, atol=1e-6):
+            return True
+    return False
 
 
 @dataclass(frozen=True)
