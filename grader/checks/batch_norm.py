@@ -50,6 +50,7 @@ from grader.checks.properties import (
     BATCH_NORM_TRAINING,
     GROUP_NORM_SETS,
     Complement,
+    EvaluatedOnTheBatch,
     trailing_norm,
 )
 from grader.sandboxed.probes import (
@@ -217,7 +218,7 @@ BATCH_NORM = Exercise(
     probe=probe_batch_norm,
     forbidden=forbid(*NORMALIZATIONS),
     mistakes=BATCH_NORM_MISTAKES,
-    properties=(BATCH_NORM_TRAINING, *BATCH_NORM_RUNNING),
+    properties=(BATCH_NORM_TRAINING, *BATCH_NORM_RUNNING, EvaluatedOnTheBatch()),
     structure=Structure("statistics per channel, dim 1, over every other dim", cap=2),
     forms=(("x", "2-d"), ("x", "3-d")),
     checks=(

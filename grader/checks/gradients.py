@@ -120,7 +120,13 @@ def _affine_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]] | No
     x = normalized_rows(a["x"].astype(np.float64), a)
     x_hat = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + float(a["eps"]))
     g = normalized_rows(a["grad_out"].astype(np.float64), a)
-    terms = {"Σ grad_out·x̂": (g * x_hat).sum(0), "Σ grad_out": g.sum(0), "Σ x̂": x_hat.sum(0)}
+    centred = x - x.mean(1, keepdims=True)
+    terms = {
+        "Σ grad_out·x̂": (g * x_hat).sum(0),
+        "Σ grad_out": g.sum(0),
+        "Σ x̂": x_hat.sum(0),
+        "Σ grad_out·(x − μ)": (g * centred).sum(0),
+    }
     correct = "Σ grad_out·x̂" if key == "grad_weight" else "Σ grad_out"
     return f"{correct} belongs (sums over every leading dim)", terms
 

@@ -346,7 +346,8 @@ def _post_ln_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]] | N
     if key == "what norm1 receives":
         return "x + F₁(x) belongs", {"x": x, "F₁(x)": f1(x)}
     if key == "what norm2 receives":
-        return "h + F₂(h) belongs, with h = LN₁(x + F₁(x))", {"h": h, "F₂(h)": f2(h), "x": x}
+        terms = {"h": h, "F₂(h)": f2(h), "x": x, "F₂(x)": f2(x)}
+        return "h + F₂(h) belongs, with h = LN₁(x + F₁(x))", terms
     return "LN₂(h + F₂(h)) belongs, with h = LN₁(x + F₁(x))", {
         "LN₂(h + F₂(h))": ln2(h + f2(h)),
         "h": h,

@@ -412,6 +412,10 @@ def shape_sentence(key: str, got: tuple[int, ...], want: tuple[int, ...], inputs
     if len(got) > len(want) and got[: len(want)] != want:
         extra = len(got) - len(want)
         return f"{key} has {extra} dims more than expected: a view was given too many dims"
+    if np.prod(got) == np.prod(want):
+        return (
+            f"{key} holds as many values as expected, in another shape: a view was not shaped back"
+        )
     return ""
 
 
@@ -671,6 +675,41 @@ def _masked_single_step(which: int) -> History:
     return history
 
 
+@dataclass(frozen=True)
+class EvaluatedOnTheBatch:
+    """BatchNorm's evaluation output is normalized with the running statistics; one normalized
+    per channel over the evaluation batch itself used that batch's statistics instead."""
+
+    key: str = "output of the evaluation call"
+
+    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+        rows_got, rows_want = _channels(got, inputs), _channels(want, inputs)
+        if rows_got is None or rows_want is None or rows_got.shape[1] < 2:
+            return ""
+        got_normalized = _evenly_normalized(rows_got.astype(np.float64), True, target=1.0)
+        if not got_normalized or _evenly_normalized(rows_want.astype(np.float64), True, 1.0):
+            return ""
+        return (
+            f"{key} is normalized with the evaluation batch's own statistics: with "
+            "training=False, BatchNorm normalizes with `running_mean` and `running_var`"
+        )
+
+
+@dataclass(frozen=True)
+class ZeroPadding:
+    """A padded position carries no token: its output is 0, whatever the padding held."""
+
+    key: str = "output at padding"
+
+    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+        if np.any(want != 0) or not np.all(np.isfinite(got)):
+            return ""
+        held = np.concatenate([x[~m] for x, m in zip(inputs["x"], inputs["mask"], strict=True)])
+        passed = held.shape == got.shape and np.allclose(got, held, equal_nan=True)
+        what = "the padding's own values, passed through" if passed else "not 0"
+        return f"{key} is {what}: a padded position carries no token, so its output is 0"
+
+
 BATCH_NORM_RUNNING = (
     RunningAverage("running_mean after training step 1", "mean", _batch_norm_first_step(0)),
     RunningAverage(
@@ -715,6 +754,11 @@ class Variance:
             return (
                 f"{key} measures the deviations from the mean along another dim than `dim`: "
                 "the mean and the squares must run along the same dim"
+            )
+        if np.all(got < want * (1 - 1e-3)):
+            return (
+                f"{key} is smaller than the variance everywhere: it is not the mean of the "
+                "squared deviations (the square of their mean absolute value, for one, is less)"
             )
         if np.all(got > want * (1 + 1e-3)):
             return (

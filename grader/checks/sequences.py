@@ -25,7 +25,7 @@ import torch
 
 from grader.checks.core import Arrays, Check, Exercise, Mistake, Structure, also_visible
 from grader.checks.library import MASKED_MEAN, NORMALIZATIONS, SEQUENCE_MASKS, forbid
-from grader.checks.properties import MASKED_BATCH_NORM, MASKED_RUNNING
+from grader.checks.properties import MASKED_BATCH_NORM, MASKED_RUNNING, ZeroPadding
 from grader.reference import masking as ref
 from grader.sandboxed.probes import probe_mask, probe_masked_bn, probe_pool
 
@@ -330,7 +330,7 @@ MASKED_BATCH_NORM = Exercise(
     name="masked_batch_norm",
     reference=ref.masked_batch_norm,
     probe=probe_masked_bn,
-    properties=(MASKED_BATCH_NORM, *MASKED_RUNNING),
+    properties=(MASKED_BATCH_NORM, *MASKED_RUNNING, ZeroPadding()),
     structure=Structure("statistics per feature over the real tokens only", cap=1.5),
     rtol=1e-4,  # float32 statistics over a few hundred tokens and four steps
     atol=1e-4,
