@@ -15,7 +15,9 @@ from conftest import SEEDS, answer_from
 
 from grader.checks import EXERCISES, CheckFailed, check, grade, rubric, run
 from grader.checks import batch_norm as batch_norm_checks
+from grader.checks import group_norm as group_norm_checks
 from grader.checks import layer_norm as layer_norm_checks
+from grader.checks import rms_norm as rms_norm_checks
 from grader.checks.core import (
     StudentError,
     expected_outputs,
@@ -289,7 +291,7 @@ def _layer_norm_uncentered(x, normalized_shape, weight=None, bias=None, eps=1e-5
 
 
 LN, BN = layer_norm_checks._layer_norm_variant, batch_norm_checks._batch_norm_variant
-GN, RMS = batch_norm_checks._group_norm_variant, batch_norm_checks._rms_norm_variant
+GN, RMS = group_norm_checks._group_norm_variant, rms_norm_checks._rms_norm_variant
 
 # Wrong answers no known mistake matches (two combined, or one the library does not know), and
 # the words their feedback must contain: where the output's statistics went wrong.

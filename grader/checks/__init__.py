@@ -26,7 +26,7 @@ from grader.sandboxed.probe import call
 
 
 # The check modules, found rather than listed: every module of this package that exports
-# EXERCISES (one per notebook); an exercise's name is unique course-wide. A new notebook's
+# EXERCISES (one or more per notebook); an exercise's name is unique course-wide. A new notebook's
 # checks need only a new module. `mutation` is left out: it grades through this package's `run`.
 def _discover() -> dict[str, Exercise]:
     found: dict[str, Exercise] = {}

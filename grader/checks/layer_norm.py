@@ -30,6 +30,7 @@ from grader.checks.gradients import LAYER_NORM_BACKWARD as BACKWARD_PROPERTIES
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, VARIANCE, forbid
 from grader.checks.properties import Variance, trailing_norm
+from grader.checks.variants import standardized
 from grader.reference import functional as ref
 from grader.sandboxed.probe import trailing_dims
 from grader.sandboxed.probes import probe_backward, probe_layer_norm, probe_var
@@ -68,12 +69,8 @@ def _layer_norm_variant(
     dims = (0,) if batch_axis else (-1,) if last_dim_only else trailing_dims(normalized_shape)
     if affine_first and weight is not None:
         x = x * weight + bias
-    mean = x.mean(dims, keepdim=True)
-    if naive:
-        var = (x * x).mean(dims, keepdim=True) - mean * mean
-    else:
-        var = x.var(dims, keepdim=True, correction=correction)
-    x_hat = (x - mean) / (var.sqrt() + eps) if eps_outside else (x - mean) / (var + eps).sqrt()
+    options = {"correction": correction, "eps_outside": eps_outside, "naive": naive}
+    x_hat = standardized(x, dims, eps, **options)
     if affine and not affine_first and weight is not None:
         x_hat = x_hat * weight + bias
     return x_hat

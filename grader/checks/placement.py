@@ -457,28 +457,32 @@ def _block_checks(placement: str, switched_off: str) -> tuple[Check, ...]:
     )
 
 
-POST_LN_BLOCK = Exercise(
-    name="PostLNBlock",
-    reference=torch_post_ln,
-    probe=probe_block,
-    checks=_block_checks("norm_first=False", "LN₂(LN₁(x + b₁) + b₂)"),
-    mistakes=POST_LN_MISTAKES,
-    **_TOL,
-    properties=_block_properties(_post_ln_terms),
-    structure=BLOCK_STRUCTURE,
-    forbidden=forbid(LIBRARY_BLOCKS, LIBRARY_STACKS),
-)
+def _block_exercise(name: str, reference, norm_first: bool, switched_off: str, mistakes, terms):
+    """A block exercise: the checks of `_block_checks`, PyTorch's layer with `norm_first` as
+    the reference, the residual structure read off with `terms`."""
+    return Exercise(
+        name=name,
+        reference=reference,
+        probe=probe_block,
+        checks=_block_checks(f"norm_first={norm_first}", switched_off),
+        mistakes=mistakes,
+        **_TOL,
+        properties=_block_properties(terms),
+        structure=BLOCK_STRUCTURE,
+        forbidden=forbid(LIBRARY_BLOCKS, LIBRARY_STACKS),
+    )
 
-PRE_LN_BLOCK = Exercise(
-    name="PreLNBlock",
-    reference=torch_pre_ln,
-    probe=probe_block,
-    checks=_block_checks("norm_first=True", "x + b₁ + b₂, the residual path untouched"),
-    mistakes=PRE_LN_MISTAKES,
-    **_TOL,
-    properties=_block_properties(_pre_ln_terms),
-    structure=BLOCK_STRUCTURE,
-    forbidden=forbid(LIBRARY_BLOCKS, LIBRARY_STACKS),
+
+POST_LN_BLOCK = _block_exercise(
+    "PostLNBlock", torch_post_ln, False, "LN₂(LN₁(x + b₁) + b₂)", POST_LN_MISTAKES, _post_ln_terms
+)
+PRE_LN_BLOCK = _block_exercise(
+    "PreLNBlock",
+    torch_pre_ln,
+    True,
+    "x + b₁ + b₂, the residual path untouched",
+    PRE_LN_MISTAKES,
+    _pre_ln_terms,
 )
 
 PRE_LN_ENCODER = Exercise(
