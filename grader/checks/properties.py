@@ -740,6 +740,13 @@ class Variance:
         n = inputs["x"].shape[int(inputs["dim"])]
         if np.any(got < 0):
             return f"{key} is negative in {_places(got < 0, 'position')}: a variance never is"
+        vanished = (got == 0) & (want > 0)
+        if vanished.any():
+            return (
+                f"{key} is 0 in {_places(vanished, 'position')} where the values vary: the "
+                "squares cancelled (E[x²] − E[x]² loses every digit when the mean is large) and "
+                "the result was cut off at 0"
+            )
         if np.all(want == 0):
             return (
                 f"{key} of constant values is {float(got.max()):.3g}, not 0: the deviations are "
