@@ -129,6 +129,8 @@ STRUCTURE_AND_SLIP = [
     ("lengths_to_mask", "True marks padding", "off by one"),
     ("masked_batch_norm", "padding included in the statistics", "biased running variance"),
     ("masked_mean_pool", "padding included in the mean", "masking by multiplication"),
+    ("PostLNBlock", "Pre-LN instead of Post-LN", "GELU instead of ReLU"),
+    ("PreLNBlock", "a norm missing", "GELU instead of ReLU"),
 ]
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
+import torch.nn.functional as F
 from torch import nn
 
 from grader.checks.core import Arrays, Check, Exercise, Mistake, Structure
@@ -315,6 +316,24 @@ POST_LN_MISTAKES, PRE_LN_MISTAKES, ENCODER_MISTAKES = (
     tuple(replace(m, structural=True) for m in mistakes)
     for mistakes in (POST_LN_MISTAKES, PRE_LN_MISTAKES, ENCODER_MISTAKES)
 )
+
+
+def _with_gelu(base: type) -> type:
+    """`base` with GELU, BERT's activation, where the block's feed-forward sublayer has ReLU."""
+
+    def _ff_block(self, x):
+        return self.dropout(self.linear2(self.dropout(F.gelu(self.linear1(x)))))
+
+    return type(f"{base.__name__}WithGelu", (base,), {"_ff_block": _ff_block})
+
+
+# A slip inside a sublayer, not in the structure: it costs the checks of the real sublayers only.
+_GELU = (
+    "Your feed-forward sublayer applies GELU; this block's is linear2(ReLU(linear1(x))). Its "
+    "norms and residuals are right: the checks with stand-in sublayers pass."
+)
+POST_LN_MISTAKES += (Mistake("GELU instead of ReLU", _GELU, _with_gelu(PostLNBlock)),)
+PRE_LN_MISTAKES += (Mistake("GELU instead of ReLU", _GELU, _with_gelu(PreLNBlock)),)
 
 # ---------------------------------------------------------------------------------------------
 # Residual structure read off the stand-in check: what each norm receives, and the output, as a
