@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print_header("Mutation score: one-place mutants of each solution, graded")
     rows, total = [], Counter()
-    for name, setup, source in solution_cells():
+    cells = solution_cells()
+    for name, setup, source in cells:
         progress(f"{name} ...")
         counts = tally(name, setup, source, args.seed)
         total += counts
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     progress("hand-written wrong answers ...")
     written = tally_written(args.seed)
-    rows = [row(name, counts) for name, counts in written.items()]
+    rows = [row(name, written[name]) for name, _, _ in cells if name in written]
     rows.append(row("all", sum(written.values(), Counter())))
     print(f"\nHand-written wrong answers ({WRONG_ANSWERS.parent.name}/{WRONG_ANSWERS.name}):\n")
     header[1] = "answers"
