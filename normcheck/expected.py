@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from normcheck import properties, structure
-from normcheck.judge import Expected
+from normcheck import gradients, properties, structure
+from normcheck.judge import Expected, Structure
 from normcheck.probing import PROBES, Arrays
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -49,6 +49,7 @@ class Known:
 
     name: str
     message: str
+    structural: bool = False  # a wrong structure: the exercise is capped
 
 
 @dataclass(frozen=True)
@@ -67,12 +68,13 @@ class Exercise:
     forbidden: tuple[str, ...]
     properties: tuple[Any, ...]
     cases: tuple[Case, ...]
+    structure: Structure | None = None
 
 
 # --- properties by address: a value of one of the property modules by name, or a class and its
 # fields (the modules hold every property the checks use; a test fails when one is left out)
 
-PROPERTY_MODULES = {"properties": properties, "structure": structure}
+PROPERTY_MODULES = {"properties": properties, "gradients": gradients, "structure": structure}
 
 
 def _address(prop: Any) -> dict | None:
@@ -158,7 +160,10 @@ def encode(exercises: Iterable[tuple[Any, Planned]]) -> tuple[str, bytes]:
             "probe": exercise.probe.__name__,
             "forbidden": list(exercise.forbidden),
             "properties": addresses(exercise.properties),
-            "mistakes": [{"name": m.name, "message": m.message} for m in mistakes],
+            "mistakes": [
+                {"name": m.name, "message": m.message, "structural": m.structural} for m in mistakes
+            ],
+            "structure": asdict(exercise.structure) if exercise.structure else None,
             "checks": checks,
         }
     return json.dumps(meta, indent=1, ensure_ascii=False) + "\n", _archive(arrays)
@@ -218,7 +223,7 @@ def _parts(arrays: dict[str, np.ndarray]) -> dict[tuple[str, int, str], Arrays]:
 
 
 def _exercise(name: str, meta: dict, parts: dict[tuple[str, int, str], Arrays]) -> Exercise:
-    known = [Known(m["name"], m["message"]) for m in meta["mistakes"]]
+    known = [Known(**m) for m in meta["mistakes"]]
     cases = []
     for i, check in enumerate(meta["checks"]):
         ran = check.pop("mistakes")
@@ -233,6 +238,7 @@ def _exercise(name: str, meta: dict, parts: dict[tuple[str, int, str], Arrays]) 
         tuple(meta["forbidden"]),
         tuple(_resolve(a) for a in meta["properties"]),
         tuple(cases),
+        Structure(**meta["structure"]) if meta["structure"] else None,
     )
 
 

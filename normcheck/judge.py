@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from normcheck.probing import Arrays, Outputs, StudentError
-from normcheck.properties import Property, explain, extent
+from normcheck.properties import Property, Structural, explain, extent
 
 
 class Rule(Protocol):
@@ -43,6 +43,7 @@ class Named(Protocol):
 
     name: str
     message: str  # one sentence to the student: what they did, not the fix's code
+    structural: bool  # a wrong structure: the exercise is capped (`Structure`)
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,16 @@ class Expected:
         return self.known() if callable(self.known) else self.known
 
 
+@dataclass(frozen=True)
+class Structure:
+    """What an exercise's answer must be built as (which values share a statistic, where each
+    norm sits, samples kept apart): the checks an answer with another structure still passes
+    presuppose it, so such an answer keeps at most `cap` points, whatever those checks give."""
+
+    what: str  # in the course's words, for the rubric
+    cap: float
+
+
 @dataclass
 class CheckOutcome:
     check: Any  # a Rule
@@ -69,18 +80,38 @@ class CheckOutcome:
     raised: bool = False  # the answer raised, crashed or was missing: no output to compare
     finding: str = ""  # for no known mistake: the property of a correct output it violates
 
+    @property
+    def structural(self) -> bool:
+        """Failed for a wrong structure: a structural mistake or property (`Structural`)."""
+        return (self.mistake is not None and self.mistake.structural) or isinstance(
+            self.finding, Structural
+        )
+
 
 @dataclass
 class Verdict:
-    exercise: Any  # anything with the exercise's `name`
+    exercise: Any  # anything with the exercise's `name` and `structure`
     outcomes: list[CheckOutcome] = field(default_factory=list)
     integrity: str = ""  # why the exercise earns nothing despite its outputs
     graded: bool = True  # False: only the visible checks ran (a student's own test run)
 
     @property
+    def capped(self) -> bool:
+        """A wrong structure was found, so the checks passed count for at most its cap."""
+        structure = self.exercise.structure
+        earned = sum(o.check.points for o in self.outcomes if o.passed)
+        return (
+            structure is not None
+            and earned > structure.cap
+            and any(o.structural for o in self.outcomes)
+        )
+
+    @property
     def score(self) -> float:
         if self.integrity:
             return 0.0
+        if self.capped:
+            return float(self.exercise.structure.cap)
         return float(sum(o.check.points for o in self.outcomes if o.passed))
 
     @property
@@ -132,6 +163,12 @@ class Verdict:
                 )
         for m in self.diagnoses:
             lines.append(f"  → {m.message}")
+        if self.graded and self.capped:
+            what, cap = self.exercise.structure.what, self.exercise.structure.cap
+            lines.append(
+                f"  → Your answer is not built as the exercise asks ({what}); the checks it "
+                f"passes presuppose that structure, so it keeps at most {cap:g} of their points."
+            )
         return "\n".join(lines)
 
 

@@ -10,7 +10,6 @@ reference block and no known mistake, so the student's own `check()` runs them t
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +17,7 @@ import torch
 from torch.nn import functional as F
 
 from normcheck.probing import ALONE, Arrays
+from normcheck.properties import Combination, Structural
 
 
 def _layer_norm(z: np.ndarray, a: Arrays, which: str) -> np.ndarray:
@@ -36,22 +36,28 @@ def _stand_ins(a: Arrays):
     return f1, f2, ln1, ln2
 
 
-def _post_ln_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]]:
-    """(what belongs there, in words; the terms a wrong one may combine) for `key`."""
+def _post_ln_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]] | None:
+    """(what belongs there, in words; the terms a wrong one may combine) for `key`; None
+    without stand-in sublayers, where the block's own sublayers are no known tensors."""
+    if "f1_weight" not in a:
+        return None
     f1, f2, ln1, ln2 = _stand_ins(a)
     x = a["x"]
     h = ln1(x + f1(x))
     if key == "what norm1 receives":
         return "x + F₁(x) belongs", {"x": x, "F₁(x)": f1(x)}
     if key == "what norm2 receives":
-        return "h + F₂(h) belongs, with h = LN₁(x + F₁(x))", {"h": h, "F₂(h)": f2(h), "x": x}
+        terms = {"h": h, "F₂(h)": f2(h), "x": x, "F₂(x)": f2(x)}
+        return "h + F₂(h) belongs, with h = LN₁(x + F₁(x))", terms
     return "LN₂(h + F₂(h)) belongs, with h = LN₁(x + F₁(x))", {
         "LN₂(h + F₂(h))": ln2(h + f2(h)),
         "h": h,
     }
 
 
-def _pre_ln_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]]:
+def _pre_ln_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]] | None:
+    if "f1_weight" not in a:
+        return None
     f1, f2, ln1, ln2 = _stand_ins(a)
     x = a["x"]
     u = x + f1(ln1(x))
@@ -63,36 +69,10 @@ def _pre_ln_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]]:
     return "u + F₂(LN₂(u)) belongs, with u = x + F₁(LN₁(x))", terms
 
 
-def _combination(coefficients: np.ndarray, names: list[str]) -> str:
-    """'x − F₁(x)', '2·h', '0' from least-squares coefficients."""
-    parts = []
-    for c, name in zip(coefficients, names, strict=True):
-        if abs(c) < 1e-6:
-            continue
-        size = "" if abs(abs(c) - 1) < 1e-6 else f"{abs(c):.3g}·"
-        parts.append(("− " if c < 0 else "+ ") + size + name)
-    text = " ".join(parts) or "0"
-    return text[2:] if text.startswith("+ ") else "−" + text[2:] if text.startswith("− ") else text
-
-
-@dataclass(frozen=True)
-class Residual:
-    """With stand-in sublayers, what a norm receives (or the block outputs) is a fixed
-    combination of x and the sublayers' outputs; a wrong one is said as the combination it is."""
-
-    key: str
-    terms: Callable[[str, Arrays], tuple[str, dict[str, np.ndarray]]]
-
-    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
-        if "f1_weight" not in inputs or got.shape != want.shape or np.allclose(got, want):
-            return ""
-        correct, terms = self.terms(self.key, inputs)
-        design = np.stack([t.ravel() for t in terms.values()], 1)
-        coefficients, *_ = np.linalg.lstsq(design, got.ravel().astype(np.float64), rcond=None)
-        if np.linalg.norm(design @ coefficients - got.ravel()) > 1e-6 * np.linalg.norm(got):
-            return ""  # no combination of these terms: nothing sure to say
-        found = _combination(coefficients, list(terms))
-        return f"{key} is {found}, where {correct}"
+def _stack_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]]:
+    """A stack's output against the input and its final norm of the input: the blocks skipped."""
+    x = a["x"]
+    return "LN_f of the last block's output belongs", {"LN_f(x)": _layer_norm(x, a, "norm"), "x": x}
 
 
 @dataclass(frozen=True)
@@ -106,7 +86,7 @@ class CallCounts:
             return ""
         said = {1: "once", 2: "twice"}
         counts = [said.get(int(n), f"{int(n)} times") for n in got]
-        return (
+        return Structural(
             f"`norm1` is called {counts[0]} and `norm2` {counts[1]} per forward; each sublayer "
             "has its own norm, called once"
         )
@@ -120,7 +100,7 @@ class BatchIndependence:
     key: str = ALONE
 
     def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
-        return (
+        return Structural(
             "the first sample's output changes when the rest of the batch is removed: samples "
             "are mixed across the batch (the input is (B, T, D), batch first; attention runs "
             "over T within each sample)"
@@ -129,9 +109,10 @@ class BatchIndependence:
 
 def _block_properties(terms) -> tuple:
     keys = ("what norm1 receives", "what norm2 receives", "output")
-    return (CallCounts(), *(Residual(k, terms) for k in keys), BatchIndependence())
+    residuals = (Combination(k, terms, structural=True) for k in keys)
+    return (CallCounts(), *residuals, BatchIndependence())
 
 
 POST_LN_PROPERTIES = _block_properties(_post_ln_terms)
 PRE_LN_PROPERTIES = _block_properties(_pre_ln_terms)
-ENCODER_PROPERTIES = (BatchIndependence(),)
+ENCODER_PROPERTIES = (BatchIndependence(), Combination("output", _stack_terms, structural=True))

@@ -30,7 +30,7 @@ import torch
 
 from grader.checks.library import Forbidden
 from grader.sandboxed.probe import Arrays, Outputs, Probe, StudentError, outputs_of
-from normcheck.judge import CheckOutcome, Expected, Verdict, difference, margin, named
+from normcheck.judge import CheckOutcome, Expected, Structure, Verdict, difference, margin, named
 from normcheck.judge import judge_check as judged
 from normcheck.properties import Property
 
@@ -43,6 +43,7 @@ __all__ = [
     "Expected",
     "Mistake",
     "Outputs",
+    "Structure",
     "StudentError",
     "Verdict",
     "also_visible",
@@ -65,6 +66,7 @@ class Mistake:
     name: str
     message: str  # one sentence to the student: what they did, not the fix's code
     impl: Any  # same interface as the reference, deliberately wrong
+    structural: bool = False  # a wrong structure: the exercise is capped (`Structure`)
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,8 @@ class Exercise:
     forms: tuple[tuple[str, str], ...] = ()
     # What a correct output always satisfies, to explain a wrong one no known mistake matches.
     properties: tuple[Property, ...] = ()
+    # None: no check presupposes more than it tests itself.
+    structure: Structure | None = None
     # The tolerance of every check that does not set its own.
     rtol: float = 1e-5
     atol: float = 1e-5

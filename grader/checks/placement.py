@@ -17,15 +17,21 @@ beyond the float64 tolerance, for any grading seed.
 
 Rubric: every check of a block or a stack tests its residual structure (where each norm sits,
 what each sublayer reads), the centre of this notebook, so a misplaced norm keeps at most the
-points of the one check it happens to pass (0 or 1 of 6; 0 of 4 for the stack).
+points of the one check it happens to pass (0 or 1 of 6; 0 of 4 for the stack). A block or a
+stack that mixes samples across the batch passes the stand-in and switched-off checks, whose
+sublayers keep samples apart; those checks presuppose a block that does too, so any wrong
+structure (mixed samples, a norm reading the wrong tensor) keeps at most 1 of 6 (0.5 of 4).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
+import torch.nn.functional as F
 from torch import nn
 
-from grader.checks.core import Arrays, Check, Exercise, Mistake
+from grader.checks.core import Arrays, Check, Exercise, Mistake, Structure
 from grader.checks.library import LIBRARY_BLOCKS, LIBRARY_STACKS, forbid
 from grader.reference.blocks import PostLNBlock, PreLNBlock
 from grader.sandboxed import probes
@@ -305,8 +311,37 @@ ENCODER_MISTAKES = (
     ),
 )
 
+# Every wrong placement is a wrong structure: none keeps more than its exercise's cap.
+POST_LN_MISTAKES, PRE_LN_MISTAKES, ENCODER_MISTAKES = (
+    tuple(replace(m, structural=True) for m in mistakes)
+    for mistakes in (POST_LN_MISTAKES, PRE_LN_MISTAKES, ENCODER_MISTAKES)
+)
+
+
+def _with_gelu(base: type) -> type:
+    """`base` with GELU, BERT's activation, where the block's feed-forward sublayer has ReLU."""
+
+    def _ff_block(self, x):
+        return self.dropout(self.linear2(self.dropout(F.gelu(self.linear1(x)))))
+
+    return type(f"{base.__name__}WithGelu", (base,), {"_ff_block": _ff_block})
+
+
+# A slip inside a sublayer, not in the structure: it costs the checks of the real sublayers only.
+_GELU = (
+    "Your feed-forward sublayer applies GELU; this block's is linear2(ReLU(linear1(x))). Its "
+    "norms and residuals are right: the checks with stand-in sublayers pass."
+)
+POST_LN_MISTAKES += (Mistake("GELU instead of ReLU", _GELU, _with_gelu(PostLNBlock)),)
+PRE_LN_MISTAKES += (Mistake("GELU instead of ReLU", _GELU, _with_gelu(PreLNBlock)),)
+
 # ---------------------------------------------------------------------------------------------
 # Exercises
+
+
+BLOCK_STRUCTURE = Structure(
+    "samples kept apart, each norm reading the tensor its placement gives it", cap=1
+)
 
 
 def _block_checks(placement: str, switched_off: str) -> tuple[Check, ...]:
@@ -345,26 +380,39 @@ def _block_checks(placement: str, switched_off: str) -> tuple[Check, ...]:
     )
 
 
-POST_LN_BLOCK = Exercise(
-    name="PostLNBlock",
-    reference=torch_post_ln,
-    probe=probe_block,
-    checks=_block_checks("norm_first=False", "LN₂(LN₁(x + b₁) + b₂)"),
-    mistakes=POST_LN_MISTAKES,
-    **_TOL,
-    properties=POST_LN_PROPERTIES,
-    forbidden=forbid(LIBRARY_BLOCKS, LIBRARY_STACKS),
-)
+def _block_exercise(
+    name: str, reference, norm_first: bool, switched_off: str, mistakes, properties
+):
+    """A block exercise: the checks of `_block_checks`, PyTorch's layer with `norm_first` as
+    the reference, the residual structure read off by `properties`."""
+    return Exercise(
+        name=name,
+        reference=reference,
+        probe=probe_block,
+        checks=_block_checks(f"norm_first={norm_first}", switched_off),
+        mistakes=mistakes,
+        **_TOL,
+        properties=properties,
+        structure=BLOCK_STRUCTURE,
+        forbidden=forbid(LIBRARY_BLOCKS, LIBRARY_STACKS),
+    )
 
-PRE_LN_BLOCK = Exercise(
-    name="PreLNBlock",
-    reference=torch_pre_ln,
-    probe=probe_block,
-    checks=_block_checks("norm_first=True", "x + b₁ + b₂, the residual path untouched"),
-    mistakes=PRE_LN_MISTAKES,
-    **_TOL,
-    properties=PRE_LN_PROPERTIES,
-    forbidden=forbid(LIBRARY_BLOCKS, LIBRARY_STACKS),
+
+POST_LN_BLOCK = _block_exercise(
+    "PostLNBlock",
+    torch_post_ln,
+    False,
+    "LN₂(LN₁(x + b₁) + b₂)",
+    POST_LN_MISTAKES,
+    POST_LN_PROPERTIES,
+)
+PRE_LN_BLOCK = _block_exercise(
+    "PreLNBlock",
+    torch_pre_ln,
+    True,
+    "x + b₁ + b₂, the residual path untouched",
+    PRE_LN_MISTAKES,
+    PRE_LN_PROPERTIES,
 )
 
 PRE_LN_ENCODER = Exercise(
@@ -399,6 +447,7 @@ PRE_LN_ENCODER = Exercise(
     ),
     mistakes=ENCODER_MISTAKES,
     properties=ENCODER_PROPERTIES,
+    structure=Structure("samples kept apart, one final LayerNorm after the blocks", cap=0.5),
     **_TOL,
     forbidden=forbid(LIBRARY_STACKS),
 )
