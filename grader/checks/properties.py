@@ -477,54 +477,91 @@ def _normalized_rows(values: np.ndarray, a: Arrays) -> np.ndarray:
     return values.reshape(-1, int(np.prod(values.shape[-_trailing_count(a) :])))
 
 
-def _centered_x(a: Arrays) -> np.ndarray:
-    rows = _normalized_rows(a["x"].astype(np.float64), a)
-    return rows - rows.mean(1, keepdims=True)
+def _channel_rows(values: np.ndarray, a: Arrays) -> np.ndarray:
+    return np.moveaxis(values, 1, 0).reshape(values.shape[1], -1)
 
 
-def _off_the_scale_path(g_x: np.ndarray, a: Arrays) -> np.ndarray:
-    """Per row, how far grad_x's part that moves neither the row's mean nor its spread is from
-    rstd·(the same part of grad_out·γ): along those directions LayerNorm only scales by γ/σ."""
-    x = _centered_x(a)
-    rstd = 1 / np.sqrt((x * x).mean(1, keepdims=True) + float(a["eps"]))
-    x_hat = x * rstd
-    g = a["grad_out"] * a["weight"] if "weight" in a else a["grad_out"]
+@dataclass(frozen=True)
+class _Sets:
+    """How a normalization's gradient splits into the sets that share one statistic."""
 
-    def off_mean_and_spread(v: np.ndarray) -> np.ndarray:
-        v = v - v.mean(1, keepdims=True)
-        return v - x_hat * (v * x_hat).sum(1, keepdims=True) / (x_hat * x_hat).sum(1, keepdims=True)
+    norm: str  # "LayerNorm"
+    unit: str  # one set: "row"
+    over: str  # "over the normalized dims"
+    rows: Callable[[np.ndarray, Arrays], np.ndarray]  # values shaped like x -> (sets, values)
+    weight: Callable[[Arrays], np.ndarray]  # γ, broadcast against x
 
-    rows = off_mean_and_spread(_normalized_rows(g_x.astype(np.float64), a))
-    through = rstd * off_mean_and_spread(_normalized_rows(g.astype(np.float64), a))
-    return np.linalg.norm(rows - through, axis=1)
+    def of(self, values: np.ndarray, a: Arrays) -> np.ndarray:
+        return self.rows(values.astype(np.float64), a)
+
+    def centered_x(self, a: Arrays) -> np.ndarray:
+        rows = self.of(a["x"], a)
+        return rows - rows.mean(1, keepdims=True)
+
+    def off_the_scale_path(self, g_x: np.ndarray, a: Arrays) -> np.ndarray:
+        """Per set, how far grad_x's part that moves neither the set's mean nor its spread is
+        from rstd·(the same part of grad_out·γ): along those directions the norm only scales by
+        γ/σ."""
+        x = self.centered_x(a)
+        rstd = 1 / np.sqrt((x * x).mean(1, keepdims=True) + float(a["eps"]))
+        x_hat = x * rstd
+        g = a["grad_out"] * self.weight(a) if "weight" in a else a["grad_out"]
+
+        def off_mean_and_spread(v: np.ndarray) -> np.ndarray:
+            v = v - v.mean(1, keepdims=True)
+            return v - x_hat * (v * x_hat).sum(1, keepdims=True) / (x_hat * x_hat).sum(
+                1, keepdims=True
+            )
+
+        rows = off_mean_and_spread(self.of(g_x, a))
+        through = rstd * off_mean_and_spread(self.of(g, a))
+        return np.linalg.norm(rows - through, axis=1)
 
 
-LAYER_NORM_BACKWARD = (
-    Invariant(
-        key="grad_x",
-        unit="row",
-        what="the sum of grad_x over the normalized dims",
-        why="shifting a row of x does not move LayerNorm's output, so its gradient has no "
-        "component along that shift; the term from μ depending on x (−⟨g⟩) is missing or wrong",
-        zero=lambda g, a: _normalized_rows(g.astype(np.float64), a).sum(1),
-    ),
-    Invariant(
-        key="grad_x",
-        unit="row",
-        what="the sum of grad_x·(x − μ) over the normalized dims",
-        why="rescaling a row of x leaves LayerNorm's output (almost) unchanged, so its gradient "
-        "is orthogonal to x − μ; the term from σ depending on x (−x̂⟨g·x̂⟩) is missing or wrong",
-        zero=lambda g, a: (_normalized_rows(g.astype(np.float64), a) * _centered_x(a)).sum(1),
-    ),
-    Invariant(
-        key="grad_x",
-        unit="row",
-        what="the part of grad_x that moves neither a row's mean nor its spread, less "
-        "grad_out·γ/σ there,",
-        why="along those directions LayerNorm only scales by γ/σ; the weight γ or the factor "
-        "1/σ is missing or wrong in that term",
-        zero=_off_the_scale_path,
-    ),
+def _backward_invariants(sets: _Sets) -> tuple[Invariant, ...]:
+    """What a normalization's grad_x satisfies in every set sharing one statistic."""
+    return (
+        Invariant(
+            key="grad_x",
+            unit=sets.unit,
+            what=f"the sum of grad_x {sets.over}",
+            why=f"shifting a {sets.unit} of x does not move {sets.norm}'s output, so its gradient "
+            "has no component along that shift; the term from μ depending on x (−⟨g⟩) is missing "
+            "or wrong",
+            zero=lambda g, a: sets.of(g, a).sum(1),
+        ),
+        Invariant(
+            key="grad_x",
+            unit=sets.unit,
+            what=f"the sum of grad_x·(x − μ) {sets.over}",
+            why=f"rescaling a {sets.unit} of x leaves {sets.norm}'s output (almost) unchanged, so "
+            "its gradient is orthogonal to x − μ; the term from σ depending on x (−x̂⟨g·x̂⟩) is "
+            "missing or wrong",
+            zero=lambda g, a: (sets.of(g, a) * sets.centered_x(a)).sum(1),
+        ),
+        Invariant(
+            key="grad_x",
+            unit=sets.unit,
+            what=f"the part of grad_x that moves neither a {sets.unit}'s mean nor its spread, "
+            "less grad_out·γ/σ there,",
+            why=f"along those directions {sets.norm} only scales by γ/σ; the weight γ or the "
+            "factor 1/σ is missing or wrong in that term",
+            zero=sets.off_the_scale_path,
+        ),
+    )
+
+
+LAYER_NORM_BACKWARD = _backward_invariants(
+    _Sets("LayerNorm", "row", "over the normalized dims", _normalized_rows, lambda a: a["weight"])
+)
+BATCH_NORM_BACKWARD = _backward_invariants(
+    _Sets(
+        "BatchNorm",
+        "channel",
+        "over a channel's values",
+        _channel_rows,
+        lambda a: a["weight"].reshape(1, -1, *[1] * (a["x"].ndim - 2)),
+    )
 )
 
 
