@@ -9,7 +9,8 @@ the visible check; sums over N only leave grad_weight and grad_bias of shape (C,
 Rubric (6 points): grad_x through both statistics, in a weighted (N, C) batch, 2; the set of
 values per channel, over N and L, and the sums of grad_weight and grad_bias over the same set
 2 (an (N, C, L) batch) and 1 (L = C, where channels taken as the last dim run silently); no
-weight 0.5; ε close to the variance 0.5. Either path left out keeps at most 1.
+weight 0.5; ε close to the variance 0.5. Either path left out, or the unbiased variance, keeps
+0; γ left out of grad_x 0.5 (the check without a weight); sums over N only 3.
 """
 
 from __future__ import annotations

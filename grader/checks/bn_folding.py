@@ -11,7 +11,8 @@ A square Linear lets the scale applied to the columns run silently, so it is nam
 Rubric (6 points): the weight's rows and the bias's shift, on a Linear, 2; ε under the root 1.5;
 one scale per output channel of a convolution's 4-d weight 1.5; a layer without bias and a
 BatchNorm without affine parameters (the `None`s of `nn.Linear(bias=False)` and
-`affine=False`) 0.5 each.
+`affine=False`) 0.5 each. An ε slip keeps 4.5; a wrong scale or shift (the variance for the
+standard deviation, the columns scaled, the mean not subtracted) 0; a bias term left out 0.5.
 """
 
 from __future__ import annotations
