@@ -4,17 +4,24 @@ After an exercise, a cell uses the student's function once it is written and the
 until then, saying so in one line (`norm_utils.answers.yours_or`), so that a student can preview
 a whole notebook before answering anything. Each released notebook is executed as a kernel runs
 it (nbclient, every cell, errors recorded rather than stopping the run); only an exercise's own
-check cell may report it, and it says that the exercise is not implemented yet.
+check cell may report it, and it says that the exercise is not implemented yet. What a demo
+falls back on is the library's own version, which the exercise forbids: as an answer it earns
+nothing, so the release hands out no answer in a demo.
 """
 
 from __future__ import annotations
+
+import ast
+from typing import Any
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from grader.checks import EXERCISES, run
 from grader.config import RELEASE, assignments
 from grader.course import is_test_cell, notebook_path
+from grader.notebook import setup_code, source_notebook
 
 NOT_IMPLEMENTED = "not implemented yet"
 
@@ -56,3 +63,34 @@ def test_run_all_on_the_unanswered_release_stops_at_nothing(assignment):
     # each cell that falls back says so, once
     fallbacks = [_text(c) for c in cells if "yours_or(" in c.source]
     assert fallbacks and all(t.count(f"{NOT_IMPLEMENTED}: this cell uses") == 1 for t in fallbacks)
+
+
+def _fallbacks(assignment: str) -> list[tuple[str, Any, str]]:
+    """(exercise, what its demo falls back on, the demo cell's source) for every
+    `yours_or(answer, library, ...)` of the solution notebook, with the functions its demo cells
+    define run after the imports cell."""
+    notebook = source_notebook(assignment)
+    namespace: dict[str, Any] = {"__name__": "__demo__"}
+    exec(setup_code(notebook), namespace)
+    found = []
+    for cell in notebook.cells:
+        if cell.cell_type != "code" or "yours_or(" not in cell.source:
+            continue
+        tree = ast.parse(cell.source)
+        defs = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
+        exec(compile(ast.Module(defs, type_ignores=[]), "<demo>", "exec"), namespace)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "yours_or":
+                answer, library = node.args[:2]
+                fallback = eval(compile(ast.Expression(library), "<demo>", "eval"), namespace)
+                found.append((answer.id, fallback, cell.source))
+    return found
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_what_a_demo_falls_back_on_earns_nothing_as_an_answer(assignment):
+    fallbacks = _fallbacks(assignment)
+    assert fallbacks
+    for name, library, source in fallbacks:
+        verdict = run(EXERCISES[name], library, hidden=False, seed=0, source=source)
+        assert verdict.integrity and verdict.score == 0, verdict.render()
