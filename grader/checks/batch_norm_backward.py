@@ -20,8 +20,8 @@ from functools import partial
 import numpy as np
 
 from grader.checks.core import Arrays, Check, Exercise, Mistake, also_visible
+from grader.checks.gradients import BATCH_NORM_BACKWARD as BACKWARD_PROPERTIES
 from grader.checks.library import NORMALIZATIONS, forbid
-from grader.checks.properties import BATCH_NORM_BACKWARD as BACKWARD_INVARIANTS
 from grader.reference import functional as ref
 from grader.sandboxed.probes import probe_batch_norm_backward
 
@@ -76,7 +76,7 @@ BATCH_NORM_BACKWARD = Exercise(
     name="batch_norm_backward",
     reference=ref.batch_norm_backward,
     probe=probe_batch_norm_backward,
-    properties=BACKWARD_INVARIANTS,
+    properties=BACKWARD_PROPERTIES,
     **_F64,
     forbidden=forbid(*NORMALIZATIONS),
     forms=(("x", "2-d"), ("x", "3-d")),
