@@ -58,9 +58,23 @@ def notebook_path(folder: Path, assignment: str) -> Path:
 # --- cells ---------------------------------------------------------------------------------------
 
 
+def nbgrader_metadata(cell: NotebookNode) -> dict:
+    """The cell's nbgrader metadata, which nbgrader.utils's helpers read (empty, and not the
+    cell's, for a cell nbgrader does not know)."""
+    return cell.metadata.get("nbgrader", {})
+
+
+def set_nbgrader_metadata(cell: NotebookNode, metadata: dict | None) -> None:
+    """Tag `cell` with a copy of `metadata`, or (None) take its nbgrader tag away."""
+    if metadata is None:
+        cell.metadata.pop("nbgrader", None)
+    else:
+        cell.metadata["nbgrader"] = dict(metadata)
+
+
 def grade_id(cell: NotebookNode) -> str:
     """The cell's nbgrader name ('' for a cell nbgrader does not know)."""
-    return cell.metadata.get("nbgrader", {}).get("grade_id", "")
+    return nbgrader_metadata(cell).get("grade_id", "")
 
 
 def is_test_cell(cell: NotebookNode) -> bool:

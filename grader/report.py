@@ -27,7 +27,7 @@ from traitlets.config import Config
 
 from grader.autograde import EXCHANGE_FILES
 from grader.config import assignments
-from grader.course import Course
+from grader.course import Course, grade_id, nbgrader_metadata
 from grader.lms import LmsCsvExport
 
 HIDDEN_REGION = re.compile(r"BEGIN HIDDEN TESTS|END HIDDEN TESTS|grade\(")
@@ -232,12 +232,12 @@ def render_page(page: Page) -> None:
     notebook, resources = ClearHiddenTests(enforce_metadata=False).preprocess(notebook, resources)
     notebook, resources = CSSHTMLHeaderPreprocessor().preprocess(notebook, resources)
     for cell in notebook.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        grade_id = meta.get("grade_id")
-        if grade_id in page.grades:
-            meta["score"], meta["points"] = page.grades[grade_id]
-        if grade_id in page.comments:
-            meta["comment"] = page.comments[grade_id]
+        # Where nbgrader's GetGrades puts them for its feedback template.
+        meta, name = nbgrader_metadata(cell), grade_id(cell)
+        if name in page.grades:
+            meta["score"], meta["points"] = page.grades[name]
+        if name in page.comments:
+            meta["comment"] = page.comments[name]
     html, _ = _html_exporter().from_notebook_node(notebook, resources=resources)
     page.folder.mkdir(parents=True, exist_ok=True)
     _replace(page.folder / f"{page.assignment}.html", html.encode())
