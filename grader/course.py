@@ -183,6 +183,47 @@ class MissingSource(ValueError):
     """The course source to grade against (the answer key) is not where it was said to be."""
 
 
+@dataclass(frozen=True)
+class Layout:
+    """Where nbgrader keeps each thing in a course folder (`root`); naming one creates nothing."""
+
+    root: Path
+
+    @property
+    def source(self) -> Path:
+        """The course's own source notebooks (`grader init` copies them there)."""
+        return self.root / "source"
+
+    @property
+    def release(self) -> Path:
+        """What nbgrader's generate_assignment writes."""
+        return self.root / "release"
+
+    @property
+    def submitted(self) -> Path:
+        """What nbgrader's collect and submit write: <student>/<assignment>/."""
+        return self.root / "submitted"
+
+    @property
+    def autograded(self) -> Path:
+        return self.root / "autograded"
+
+    @property
+    def feedback(self) -> Path:
+        """nbgrader's feedback pages: <student>/<assignment>/<assignment>.html."""
+        return self.root / "feedback"
+
+    @property
+    def gradebook(self) -> Path:
+        return self.root / "gradebook.db"
+
+
+def fetched_feedback(home: Path, assignment: str) -> Path:
+    """Where nbgrader's fetch_feedback puts a student's feedback on `assignment`, one folder per
+    submission's timestamp, in the student's folder `home`."""
+    return home / assignment / "feedback"
+
+
 def checked_source(folder: Path | None) -> Path:
     """The course source in `folder` (None: the checkout's solutions/), resolved.
 
@@ -221,14 +262,16 @@ class Course:
     def __post_init__(self) -> None:
         self.root = self.root.resolve()
         self.root.mkdir(parents=True, exist_ok=True)
+        layout = Layout(self.root)
         if self.source is None:
-            own = self.root / "source"
-            self.source = own if own.is_dir() else SOLUTIONS
+            self.source = layout.source if layout.source.is_dir() else SOLUTIONS
         self.results = self.root / "results"
         self.staged = self.root / "staged"
-        self.submitted = self.root / "submitted"  # nbgrader's collect and submit write here
-        self.release = self.root / "release"  # nbgrader's generate_assignment writes here
-        self.gradebook = self.root / "gradebook.db"
+        self.submitted = layout.submitted
+        self.release = layout.release
+        self.gradebook = layout.gradebook
+        self.feedback = layout.feedback
+        self.autograded = layout.autograded
         # The runners' job folders: this course's own, in the system's temporary folder (the
         # sandbox shows a job at its own path, so a folder in the course would show the
         # course's path), found again by the next run to remove what a killed one left.
@@ -259,11 +302,12 @@ class Course:
 
     def autograded_notebook(self, student: str, assignment: str) -> Path:
         """nbgrader's record of the submission: the staged notebook, scored and with feedback."""
-        return notebook_path(self.root / "autograded" / student, assignment)
+        return notebook_path(self.autograded / student, assignment)
 
-    @property
-    def feedback(self) -> Path:
-        return self.root / "feedback"
+    def feedback_folder(self, student: str, assignment: str) -> Path:
+        """nbgrader's feedback page on the student's notebook, and what release_feedback
+        releases with it."""
+        return self.feedback / student / assignment
 
     @contextmanager
     def lock(self) -> Iterator[None]:

@@ -93,7 +93,7 @@ def feedback_pages(course: Course, students: list[str]) -> list[Page]:
     with Gradebook(course.api().coursedir.db_url) as gradebook:
         for assignment in assignments():
             for student in students:
-                notebook = course.root / "autograded" / student / assignment / f"{assignment}.ipynb"
+                notebook = course.autograded_notebook(student, assignment)
                 if not notebook.is_file():
                     continue
                 try:
@@ -105,7 +105,7 @@ def feedback_pages(course: Course, students: list[str]) -> list[Page]:
                         student,
                         assignment,
                         notebook,
-                        course.root / "feedback" / student / assignment,
+                        course.feedback_folder(student, assignment),
                         {g.name: (g.score, g.max_score) for g in record.grades},
                         {c.name: c.comment or "" for c in record.comments},
                         record.score,
@@ -136,7 +136,7 @@ def write_feedback(
                 problems.append(f"{page.student}: no feedback for {page.assignment} ({error})")
             if bar:
                 bar.advance(f"{page.student}/{page.assignment}")
-    return course.root / "feedback", problems
+    return course.feedback, problems
 
 
 def _current(page: Page) -> bool:
