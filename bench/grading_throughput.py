@@ -190,7 +190,7 @@ from grader.course import Layout
 
 here = Path(__file__).resolve().parent
 c = get_config()  # noqa: F821
-c.merge(course_config(root=here, release=Layout(here).release))
+c.merge(course_config(root=here, release=Layout.of(here).release))
 c.CourseDirectory.submitted_directory = {submissions!r}
 # Timestamps with milliseconds, to attribute time to each student.
 c.Application.log_format = "%(created).3f [%(name)s | %(levelname)s] %(message)s"

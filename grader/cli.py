@@ -48,7 +48,7 @@ def _init(args: argparse.Namespace) -> int:
     if course.exists() and (not course.is_dir() or any(course.iterdir())):
         raise UsageError(f"{course} already exists and is not an empty folder: name a new one")
     for assignment in assignments():
-        target = Layout(course).source / assignment
+        target = Layout.of(course).source / assignment
         shutil.copytree(source / assignment, target, ignore=_NOT_SOURCE)
     shutil.copy(Path(__file__).with_name("nbgrader_config.py"), course / "nbgrader_config.py")
     print(
@@ -73,8 +73,8 @@ def _source(args: argparse.Namespace) -> Path:
     from grader.course import MissingSource, checked_source
 
     folder, course = getattr(args, "source", None), getattr(args, "course", None)
-    if folder is None and course is not None and Layout(course).source.is_dir():
-        folder = Layout(course).source  # a course folder made by `grader init`
+    if folder is None and course is not None and Layout.of(course).source.is_dir():
+        folder = Layout.of(course).source  # a course folder made by `grader init`
     try:
         return checked_source(folder)
     except MissingSource as error:
@@ -105,7 +105,7 @@ def _autograde(args: argparse.Namespace) -> int:
     from grader.discovery import layout_problem
 
     source = _source(args)
-    args.submissions = args.submissions or Layout(args.course).submitted
+    args.submissions = args.submissions or Layout.of(args.course).submitted
     problem = layout_problem(args.submissions, args.course)
     if problem:
         raise UsageError(problem)
@@ -185,7 +185,7 @@ def _graded_course(root: Path):
     """The course `grader autograde` made at `root`; anything else is refused, creating nothing."""
     from grader.course import Course, holds_data
 
-    gradebook = Layout(root).gradebook
+    gradebook = root / "gradebook.db"
     if not holds_data(gradebook):
         raise UsageError(
             f"{root} is not a graded course ({gradebook} is missing or empty): "

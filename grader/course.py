@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from nbconvert.preprocessors import ClearMetadataPreprocessor
 from nbformat import NotebookNode
@@ -183,39 +184,19 @@ class MissingSource(ValueError):
     """The course source to grade against (the answer key) is not where it was said to be."""
 
 
-@dataclass(frozen=True)
-class Layout:
-    """Where nbgrader keeps each thing in a course folder (`root`); naming one creates nothing."""
+class Layout(NamedTuple):
+    """nbgrader's folders of a course folder (its CourseDirectory's source, release, submitted,
+    autograded and feedback directories), each named as its field; naming one creates nothing."""
 
-    root: Path
+    source: Path  # the course's own source notebooks (`grader init` copies them there)
+    release: Path  # what generate_assignment writes
+    submitted: Path  # what collect and submit write: <student>/<assignment>/
+    autograded: Path
+    feedback: Path  # the pages, <student>/<assignment>/<assignment>.html
 
-    @property
-    def source(self) -> Path:
-        """The course's own source notebooks (`grader init` copies them there)."""
-        return self.root / "source"
-
-    @property
-    def release(self) -> Path:
-        """What nbgrader's generate_assignment writes."""
-        return self.root / "release"
-
-    @property
-    def submitted(self) -> Path:
-        """What nbgrader's collect and submit write: <student>/<assignment>/."""
-        return self.root / "submitted"
-
-    @property
-    def autograded(self) -> Path:
-        return self.root / "autograded"
-
-    @property
-    def feedback(self) -> Path:
-        """nbgrader's feedback pages: <student>/<assignment>/<assignment>.html."""
-        return self.root / "feedback"
-
-    @property
-    def gradebook(self) -> Path:
-        return self.root / "gradebook.db"
+    @classmethod
+    def of(cls, root: Path) -> Layout:
+        return cls(*(root / name for name in cls._fields))
 
 
 def fetched_feedback(home: Path, assignment: str) -> Path:
@@ -262,14 +243,14 @@ class Course:
     def __post_init__(self) -> None:
         self.root = self.root.resolve()
         self.root.mkdir(parents=True, exist_ok=True)
-        layout = Layout(self.root)
+        layout = Layout.of(self.root)
         if self.source is None:
             self.source = layout.source if layout.source.is_dir() else SOLUTIONS
         self.results = self.root / "results"
         self.staged = self.root / "staged"
         self.submitted = layout.submitted
         self.release = layout.release
-        self.gradebook = layout.gradebook
+        self.gradebook = self.root / "gradebook.db"
         self.feedback = layout.feedback
         self.autograded = layout.autograded
         # The runners' job folders: this course's own, in the system's temporary folder (the

@@ -60,7 +60,7 @@ def layout_problem(submissions: Path, course: Path) -> str:
             f"the course folder {outer} has pattern characters ({PATTERN_CHARACTERS}), which "
             "nbgrader matches as a glob: give another --course"
         )
-    nbgraders_own = inner == Layout(outer).submitted  # read, never written: see autograde.Course
+    nbgraders_own = inner == Layout.of(outer).submitted  # read, never written: see autograde.Course
     if not nbgraders_own and (inner.is_relative_to(outer) or outer.is_relative_to(inner)):
         return (
             f"{submissions} and the course folder {course} must not contain one another "

@@ -15,6 +15,6 @@ from grader.course import Course, Layout
 use_this_environment()  # nbgrader runs `alembic` by name: this environment's, unactivated
 course = Path(__file__).resolve().parent
 c = get_config()  # noqa: F821 (injected by traitlets)
-c.merge(Course(course, Layout(course).source).config())  # the answer key: its own source/
+c.merge(Course(course, Layout.of(course).source).config())  # the answer key: its own source/
 # Where students fetch and submit (nbgrader's default: /srv/nbgrader/exchange):
 # c.Exchange.root = "/srv/nbgrader/exchange"

@@ -135,7 +135,7 @@ def test_the_instructor_commands_run_as_written_in_order(tmp_path):
     for argv in INSTRUCTOR:
         done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, (argv, done.stdout, done.stderr)
-    assert len(list(Layout(tmp_path / "course").feedback.rglob("*.html"))) == len(assignments())
+    assert len(list(Layout.of(tmp_path / "course").feedback.rglob("*.html"))) == len(assignments())
     (ada,) = csv.DictReader((tmp_path / "grades.csv").open())
     full = sum(
         sum(scores.values()) for scores in expected_scores({"ada": PROFILES["ada"]}).values()

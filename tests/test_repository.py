@@ -84,7 +84,7 @@ PLANTED = [
     (RULES[0], 'meta = cell.metadata.get("nbgrader", {})', "meta = nbgrader_metadata(cell)"),
     (RULES[0], 'cell.metadata["nbgrader"]["points"]', 'nbgrader_metadata(cell)["points"]'),
     (RULES[0], "cell.metadata.nbgrader.grade_id", "grade_id(cell)"),
-    (RULES[1], 'course.root / "submitted" / student', "Layout(course.root).submitted / student"),
+    (RULES[1], 'course.root / "submitted" / student', "Layout.of(course.root).submitted / student"),
     (RULES[1], 'home / assignment / f"{assignment}.ipynb"', "notebook_path(home, assignment)"),
     (RULES[2], "def _is_test_cell(cell):", "from grader.course import is_test_cell"),
     (RULES[3], "see ../shared/reference/content.md §7", "see docs/rubric.md"),
