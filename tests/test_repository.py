@@ -1,9 +1,12 @@
 """The repository stands alone and keeps each convention in one home: what it cites is in the
 repository or public; nbgrader's cell metadata, the course's folders and the test-cell predicate
-are grader.course's alone."""
+are grader.course's alone, time limits and seeds grader.config's; every test asserts something,
+and every function of the grader has a caller."""
 
 from __future__ import annotations
 
+import ast
+import functools
 import re
 import subprocess
 from dataclasses import dataclass
@@ -14,6 +17,7 @@ from grader.config import REPO
 
 THIS_FILE = "tests/test_repository.py"  # it spells out what the rules look for
 HOME = "grader/course.py"  # the one model of the course
+DEFAULTS = "grader/config.py"  # every time limit and the seed
 
 # Projects whose public issue trackers may be cited by number ("PyTorch issue #74092").
 PUBLIC_PROJECTS = {"pytorch", "torch", "nbgrader", "nbval", "jupyter", "jupyterlab", "bubblewrap"}
@@ -21,12 +25,16 @@ PUBLIC_PROJECTS = {"pytorch", "torch", "nbgrader", "nbval", "jupyter", "jupyterl
 
 @dataclass(frozen=True)
 class Rule:
-    """Text no tracked file but `home` may hold; `pattern`'s matches count unless `excused`."""
+    """Text no tracked file but `home` may hold; `pattern`'s matches count unless `excused`.
+    `breaks` are lines the rule must catch, `keeps` how they are written instead."""
 
     name: str
     pattern: re.Pattern
+    breaks: tuple[str, ...]
+    keeps: tuple[str, ...]
     home: str | None = None
     suffixes: tuple[str, ...] = (".py",)
+    under: str = ""  # only files whose path starts so
 
     def excused(self, match: re.Match) -> bool:
         return False
@@ -49,7 +57,13 @@ RULES = [
             r"metadata\s*(?:\[\s*[\"']nbgrader[\"']"
             r"|\.(?:get|setdefault|pop)\(\s*[\"']nbgrader[\"']|\.nbgrader\b)"
         ),
-        HOME,
+        breaks=(
+            'meta = cell.metadata.get("nbgrader", {})',
+            'cell.metadata["nbgrader"]["points"]',
+            "cell.metadata.nbgrader.grade_id",
+        ),
+        keeps=("meta = nbgrader_metadata(cell)", 'resources["nbgrader"]', "grade_id(cell)"),
+        home=HOME,
     ),
     Rule(
         "builds a course folder's or an assignment's path by hand (use grader.course's Layout, "
@@ -58,37 +72,48 @@ RULES = [
             r"/\s*[\"'](?:source|release|submitted|autograded|feedback|staged|results)[\"']"
             r"|/\s*(\w+)\s*/\s*f[\"']\{\1\}\.ipynb[\"']"
         ),
-        HOME,
+        breaks=('course.root / "submitted" / student', 'home / assignment / f"{assignment}.ipynb"'),
+        keeps=("Layout.of(course.root).submitted / student", "notebook_path(home, assignment)"),
+        home=HOME,
     ),
     Rule(
         "defines its own test-cell predicate (use grader.course.is_test_cell)",
         re.compile(r"def\s+(?!test_)\w*test_cells?\b"),
-        HOME,
+        breaks=("def _is_test_cell(cell):",),
+        keeps=("from grader.course import is_test_cell", "def test_cells_are_locked():"),
+        home=HOME,
+    ),
+    Rule(
+        "sets a time limit of its own (grader.config holds every one)",
+        re.compile(r"(?i)\b\w*(?:timeout|seconds)\w*\s*(?::\s*\w+\s*)?=\s*\d"),
+        breaks=("wall_seconds: float = 60.0", "process.communicate(frames, timeout=600)"),
+        keeps=("wall_seconds: float = EXERCISE_SECONDS", "communicate(frames, timeout=timeout)"),
+        home=DEFAULTS,
+        under="grader/",
+    ),
+    Rule(
+        "draws or reads a grading seed of its own (use grader.config's fresh_seed, kernel_seed)",
+        re.compile(r"secrets\.randbits|random\.(?:seed|randint)\(|environ[^\n]*SEED"),
+        breaks=("seed = secrets.randbits(31)", 'int(os.environ.get("NORM_COURSE_SEED", 0))'),
+        keeps=("seed = fresh_seed()", "kernel_seed()"),
+        home=DEFAULTS,
     ),
     Rule(
         "cites notes that are not in the repository",
         re.compile(
             r"\.\./shared|shared/reference|measured-notes\.md|\bcontent\.md|autograders\.md"
         ),
+        breaks=("see ../shared/reference/content.md §7",),
+        keeps=("see docs/rubric.md",),
         suffixes=("",),
     ),
     IssueRule(
         "cites an issue of no public project (say what it asked for instead)",
         re.compile(r"(?P<project>\b\w+\s+)?\b[Ii]ssues?\s+#?\d+"),
+        breaks=("as issue 11 asked", "## Issue 11's targets"),
+        keeps=("as PyTorch issue #74092 shows", "nbgrader issue 1234"),
         suffixes=("",),
     ),
-]
-
-# One planted violation per rule, and the way the rule wants it written.
-PLANTED = [
-    (RULES[0], 'meta = cell.metadata.get("nbgrader", {})', "meta = nbgrader_metadata(cell)"),
-    (RULES[0], 'cell.metadata["nbgrader"]["points"]', 'nbgrader_metadata(cell)["points"]'),
-    (RULES[0], "cell.metadata.nbgrader.grade_id", "grade_id(cell)"),
-    (RULES[1], 'course.root / "submitted" / student', "Layout.of(course.root).submitted / student"),
-    (RULES[1], 'home / assignment / f"{assignment}.ipynb"', "notebook_path(home, assignment)"),
-    (RULES[2], "def _is_test_cell(cell):", "from grader.course import is_test_cell"),
-    (RULES[3], "see ../shared/reference/content.md §7", "see docs/rubric.md"),
-    (RULES[4], "as issue 11 asked", "as PyTorch issue #74092 shows"),
 ]
 
 
@@ -103,7 +128,9 @@ def offenders(rule: Rule) -> dict[str, list[str]]:
     found = {}
     for name in tracked_files():
         path = REPO / name
-        if name in (THIS_FILE, rule.home) or not name.endswith(rule.suffixes):
+        if name in (THIS_FILE, rule.home) or not name.startswith(rule.under):
+            continue
+        if not name.endswith(rule.suffixes):
             continue
         if path.is_file() and (hits := rule.offenders(path.read_text(errors="replace"))):
             found[name] = hits
@@ -115,7 +142,126 @@ def test_no_file_breaks_the_rule(rule):
     assert offenders(rule) == {}, f"these files {rule.name}"
 
 
-@pytest.mark.parametrize(("rule", "planted", "fixed"), PLANTED, ids=[p for _, p, _ in PLANTED])
-def test_each_rule_catches_a_planted_violation_and_not_its_fix(rule, planted, fixed):
-    assert rule.offenders(planted)
-    assert not rule.offenders(fixed)
+@pytest.mark.parametrize("rule", RULES, ids=lambda rule: rule.name.split(" (")[0])
+def test_each_rule_catches_what_it_forbids_and_not_its_fix(rule):
+    assert [line for line in rule.breaks if not rule.offenders(line)] == []
+    assert [line for line in rule.keeps if rule.offenders(line)] == []
+
+
+# --- tests that can fail, code that is used -------------------------------------------------------
+
+ASSERTING_CALLS = re.compile(r"assert\w*|raises|fail|warns|deprecated_call")
+
+
+def silent_tests(source: str) -> list[str]:
+    """The test functions in `source` with no assert, no pytest.raises (or fail, warns) and no
+    call to an assert helper: they cannot fail on a wrong result."""
+
+    def called(node: ast.Call) -> str:
+        return getattr(node.func, "attr", getattr(node.func, "id", ""))
+
+    silent = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+            inside = list(ast.walk(node))
+            if not any(isinstance(n, ast.Assert) for n in inside) and not any(
+                ASSERTING_CALLS.fullmatch(called(n)) for n in inside if isinstance(n, ast.Call)
+            ):
+                silent.append(node.name)
+    return silent
+
+
+def uncalled(sources: dict[str, str]) -> list[str]:
+    """The functions and classes defined at the top of a module of grader/ that nothing uses:
+    neither read in their module (where no local of that name hides them), nor imported from it
+    or named through it (`grader.lms.LmsCsvExport`) anywhere in `sources` (file name -> text)."""
+    found = []
+    for path, text in sources.items():
+        if not (path.startswith("grader/") and path.endswith(".py")):
+            continue
+        module = path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+        tree = ast.parse(text)
+        read = _global_reads(tree)
+        for node in tree.body:
+            if not isinstance(node, ast.FunctionDef | ast.ClassDef):
+                continue
+            name = node.name
+            if name not in read and not any(
+                _names(other, module, name) for other in sources.values() if name in other
+            ):
+                found.append(f"{path}: {name}")
+    return found
+
+
+def _global_reads(node: ast.AST, local: frozenset[str] = frozenset()) -> set[str]:
+    """The names read in `node` that are no function's local there: the module's globals."""
+    reads = set()
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.FunctionDef | ast.Lambda):
+            reads |= _global_reads(child, local | _locals(child))
+        elif isinstance(child, ast.Name):
+            if isinstance(child.ctx, ast.Load) and child.id not in local:
+                reads.add(child.id)
+        else:
+            reads |= _global_reads(child, local)
+    return reads
+
+
+def _locals(function: ast.FunctionDef | ast.Lambda) -> frozenset[str]:
+    arguments = function.args
+    every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+    every += [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+    stored = [
+        n.id
+        for n in ast.walk(function)
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
+    ]
+    return frozenset({a.arg for a in every} | set(stored))
+
+
+def _names(text: str, module: str, name: str) -> bool:
+    """Whether `text` imports `name` from `module` (or, relatively, from `.module`) or names it
+    through it (`grader.sandboxed.record.encode`, `record.encode`)."""
+    last = module.rpartition(".")[2]
+    if re.search(rf"\b(?:{re.escape(module)}|{last})\.{name}\b", text):
+        return True
+    imports = re.findall(
+        rf"from\s+(?:{re.escape(module)}|\.{last})\s+import\s+(\([^)]*\)|[^\n]*)", text
+    )
+    return any(re.search(rf"\b{name}\b", names) for names in imports)
+
+
+@functools.cache
+def tracked_sources() -> dict[str, str]:
+    return {
+        name: (REPO / name).read_text(errors="replace")
+        for name in tracked_files()
+        if name.endswith((".py", ".ipynb", ".md", ".cfg", ".toml", "Makefile"))
+        and (REPO / name).is_file()
+    }
+
+
+def test_every_test_asserts_something():
+    silent = {
+        name: found
+        for name, text in tracked_sources().items()
+        if re.fullmatch(r"tests/test_\w+\.py", name) and (found := silent_tests(text))
+    }
+    assert silent == {}, "these tests assert nothing"
+
+
+def test_a_test_that_asserts_nothing_is_found():
+    assert silent_tests("def test_sandbox_starts():\n    Sandbox()\n") == ["test_sandbox_starts"]
+    assert (
+        silent_tests("def test_refused():\n    with pytest.raises(ValueError):\n        f()\n")
+        == []
+    )
+
+
+def test_every_function_of_the_grader_has_a_caller():
+    assert uncalled(tracked_sources()) == []
+
+
+def test_a_function_without_a_caller_is_found():
+    planted = {"grader/planted.py": "def students(course):\n    return []\n"}
+    assert uncalled(tracked_sources() | planted) == ["grader/planted.py: students"]
