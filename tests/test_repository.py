@@ -17,7 +17,7 @@ from grader.config import REPO
 
 THIS_FILE = "tests/test_repository.py"  # it spells out what the rules look for
 HOME = "grader/course.py"  # the one model of the course
-DEFAULTS = "grader/config.py"  # every time limit and the seed
+DEFAULTS = "grader/config.py"  # every time limit, and the seeds
 
 # Projects whose public issue trackers may be cited by number ("PyTorch issue #74092").
 PUBLIC_PROJECTS = {"pytorch", "torch", "nbgrader", "nbval", "jupyter", "jupyterlab", "bubblewrap"}
@@ -84,19 +84,21 @@ RULES = [
         home=HOME,
     ),
     Rule(
-        "sets a time limit of its own (grader.config holds every one)",
-        re.compile(r"(?i)\b\w*(?:timeout|seconds)\w*\s*(?::\s*\w+\s*)?=\s*\d"),
-        breaks=("wall_seconds: float = 60.0", "process.communicate(frames, timeout=600)"),
-        keeps=("wall_seconds: float = EXERCISE_SECONDS", "communicate(frames, timeout=timeout)"),
+        "sets a time limit or draws a grading seed of its own (grader.config holds every one: "
+        "EXERCISE_SECONDS and the other limits, fresh_seed, kernel_seed)",
+        re.compile(
+            r"(?i)\b\w*(?:timeout|seconds)\w*\s*(?::\s*\w+\s*)?=\s*\d"
+            r"|secrets\.randbits|random\.(?:seed|randint)\(|environ[^\n]*SEED"
+        ),
+        breaks=(
+            "wall_seconds: float = 60.0",
+            "process.communicate(frames, timeout=600)",
+            "seed = secrets.randbits(31)",
+            'int(os.environ.get("NORM_COURSE_SEED", 0))',
+        ),
+        keeps=("wall_seconds: float = EXERCISE_SECONDS", "timeout=timeout", "fresh_seed()"),
         home=DEFAULTS,
         under="grader/",
-    ),
-    Rule(
-        "draws or reads a grading seed of its own (use grader.config's fresh_seed, kernel_seed)",
-        re.compile(r"secrets\.randbits|random\.(?:seed|randint)\(|environ[^\n]*SEED"),
-        breaks=("seed = secrets.randbits(31)", 'int(os.environ.get("NORM_COURSE_SEED", 0))'),
-        keeps=("seed = fresh_seed()", "kernel_seed()"),
-        home=DEFAULTS,
     ),
     Rule(
         "cites notes that are not in the repository",
