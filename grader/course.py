@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 from nbconvert.preprocessors import ClearMetadataPreprocessor
 from nbformat import NotebookNode
-from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.api import Gradebook, MissingEntry, SubmittedNotebook
 from nbgrader.apps import NbGraderAPI
 from nbgrader.preprocessors import (
     AssignLatePenalties,
@@ -396,10 +396,16 @@ class Course:
             except MissingEntry:
                 return None
             return {
-                exercise_of_test(g.name): g.score
-                for g in notebook.grades
-                if exercise_of_test(g.name)
+                exercise_of_test(name): score
+                for name, (score, _) in cell_grades(notebook).items()
+                if exercise_of_test(name)
             }
+
+
+def cell_grades(notebook: SubmittedNotebook) -> dict[str, tuple[float | None, float]]:
+    """Each graded cell's (score, points) in a notebook the gradebook holds, by grade_id: the
+    autograder's score, or a TA's where one was given (nbgrader's `Grade.score`)."""
+    return {g.name: (g.score, g.max_score) for g in notebook.grades}
 
 
 def holds_data(path: Path) -> bool:

@@ -27,7 +27,7 @@ from traitlets.config import Config
 
 from grader.autograde import EXCHANGE_FILES
 from grader.config import assignments
-from grader.course import Course, grade_id, nbgrader_metadata
+from grader.course import Course, cell_grades, grade_id, nbgrader_metadata
 from grader.lms import LmsCsvExport
 
 HIDDEN_REGION = re.compile(r"BEGIN HIDDEN TESTS|END HIDDEN TESTS|grade\(")
@@ -106,7 +106,7 @@ def feedback_pages(course: Course, students: list[str]) -> list[Page]:
                         assignment,
                         notebook,
                         course.feedback_folder(student, assignment),
-                        {g.name: (g.score, g.max_score) for g in record.grades},
+                        cell_grades(record),
                         {c.name: c.comment or "" for c in record.comments},
                         record.score,
                         record.max_score,
