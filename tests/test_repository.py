@@ -77,10 +77,22 @@ RULES = [
         home=HOME,
     ),
     Rule(
-        "defines its own test-cell predicate (use grader.course.is_test_cell)",
-        re.compile(r"def\s+(?!test_)\w*test_cells?\b"),
-        breaks=("def _is_test_cell(cell):",),
-        keeps=("from grader.course import is_test_cell", "def test_cells_are_locked():"),
+        "defines its own test-cell predicate or test-cell names (use grader.course's "
+        "is_test_cell, grade_id_of_tests, exercise_of_test)",
+        re.compile(
+            r"def\s+(?!test_)\w*test_cells?\b"
+            r"|\+\s*[\"']_tests[\"']|\{\w+\}_tests[\"']|suffix\([\"']_tests[\"']\)"
+        ),
+        breaks=(
+            "def _is_test_cell(cell):",
+            'box = f"input.score#{name}_tests"',
+            'grade_id(cell).removesuffix("_tests")',
+        ),
+        keeps=(
+            "from grader.course import is_test_cell",
+            "def test_cells_are_locked():",
+            'box = f"input.score#{grade_id_of_tests(name)}"',
+        ),
         home=HOME,
     ),
     Rule(
