@@ -89,7 +89,7 @@ def reference_lines() -> set[str]:
         for line in text.splitlines():
             code = line.split("#")[0].strip()
             if len(code) >= 30 and not code.startswith(
-                ("def ", "class ", "self, ", "from ", "import ")
+                ("def ", "class ", "self, ", ") -> ", "from ", "import ")
             ):
                 lines.add(code)
     return lines
