@@ -13,10 +13,18 @@ one scale per output channel of a convolution's 4-d weight 1.5; a layer without 
 BatchNorm without affine parameters (the `None`s of `nn.Linear(bias=False)` and
 `affine=False`) 0.5 each. An ε slip keeps 4.5; a wrong scale or shift (the variance for the
 standard deviation, the columns scaled, the mean not subtracted) 0; a bias term left out 0.5.
+No `Structure` caps the exercise: the one structure, the weight scaled row by row, is compared
+by every check, so an answer built otherwise (columns scaled, weight unscaled) passes none.
+
+A folded bias no known mistake matches is said as the combination it is of the terms a fold is
+made of (the layer's bias b and running_mean times the scale s = γ/√(running_var + ε), unscaled,
+divided by s, or times s without ε; β): "folded bias is s·b + s·running_mean + β, where
+s·b − s·running_mean + β belongs". Only the coefficients are said, never a value.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -24,6 +32,7 @@ import torch
 
 from grader.checks.core import Arrays, Check, Exercise, Mistake, also_visible
 from grader.checks.library import BN_FOLDING, NORMALIZATIONS, forbid
+from grader.checks.properties import Combination, Terms, fit
 from grader.reference.fusion import fold_batch_norm
 from grader.sandboxed.probes import probe_fold
 
@@ -78,12 +87,67 @@ def _case(rng, *shape, bias=True, affine=True, var=(2.0, 4.0), eps=1e-5) -> Arra
     return case
 
 
+def _scale(a: Arrays, eps: bool = True) -> np.ndarray:
+    """s = γ/√(running_var + ε) in float64 (γ = 1 without affine); without ε if not `eps`."""
+    var = a["running_var"].astype(np.float64)
+    return a.get("gamma", np.float64(1.0)) / np.sqrt(var + float(a["eps"]) if eps else var)
+
+
+# What a folded bias may be made of: the layer's bias b and running_mean, each times the scale
+# (correct), unscaled, divided by it or times the scale without ε, then β or the scale itself.
+# Few terms per family: a check has 4 to 6 output channels, and a fit of as many terms as
+# values would fit anything.
+_BIAS_FAMILIES = {
+    "s·b": lambda a, s: s,
+    "b": lambda a, s: np.ones_like(s),
+    "b/s": lambda a, s: 1 / s,
+    "s₀·b": lambda a, s: _scale(a, eps=False),
+}
+_CORRECT_BIAS = "s·b − s·running_mean + β belongs, with s = γ/√(running_var + ε)"
+
+
+def _bias_terms(family: str):
+    """The folded bias's terms of one family of `_BIAS_FAMILIES`, for `Combination`."""
+    factor = _BIAS_FAMILIES[family]
+
+    def terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]]:
+        f = factor(a, _scale(a))
+        on_mean = family.replace("b", "running_mean")
+        found = {family: f * a["bias"]} if "bias" in a else {}
+        found[on_mean] = f * a["running_mean"]
+        if family == "s·b":  # the scale itself, where a product lost its other factor
+            found["s"] = _scale(a)
+        if "beta" in a:
+            found["β"] = a["beta"].astype(np.float64)
+        return _CORRECT_BIAS + (" (s₀ = γ/√running_var)" if "s₀" in family else ""), found
+
+    return terms
+
+
+@dataclass(frozen=True)
+class _Float32Combination:
+    """A `Combination` fitted to a float32 output, whose coefficients carry float32 rounding
+    (1.0000008): said with the coefficients rounded to 4 decimals, as "β", not "1·β"."""
+
+    key: str
+    terms: Terms
+
+    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+        _, terms = self.terms(key, inputs)
+        coefficients = fit(got, terms) if got.shape == want.shape else None
+        if coefficients is None:
+            return ""
+        rounded = sum(c * t for c, t in zip(coefficients.round(4), terms.values(), strict=True))
+        return Combination(self.key, self.terms).sentence(key, inputs, rounded, want)
+
+
 FOLD_BATCH_NORM = Exercise(
     name="fold_batch_norm",
     reference=fold_batch_norm,
     probe=probe_fold,
     forbidden=forbid(BN_FOLDING, *NORMALIZATIONS),
     forms=(("weight", "2-d"), ("weight", "4-d")),
+    properties=tuple(_Float32Combination("folded bias", _bias_terms(f)) for f in _BIAS_FAMILIES),
     # ε's placement moves the scale by < 1e-5 relative where the variance is >= 2: inside this
     # tolerance on every check but the one with variances close to ε, which is there for it.
     rtol=1e-4,
