@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from normcheck import gradients, properties, structure
+from normcheck import folding, gradients, properties, structure
 from normcheck.judge import Expected, Structure
 from normcheck.probing import PROBES, Arrays
 
@@ -74,7 +74,12 @@ class Exercise:
 # --- properties by address: a value of one of the property modules by name, or a class and its
 # fields (the modules hold every property the checks use; a test fails when one is left out)
 
-PROPERTY_MODULES = {"properties": properties, "gradients": gradients, "structure": structure}
+PROPERTY_MODULES = {
+    "properties": properties,
+    "gradients": gradients,
+    "structure": structure,
+    "folding": folding,
+}
 
 
 def _address(prop: Any) -> dict | None:

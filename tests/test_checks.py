@@ -131,6 +131,7 @@ STRUCTURE_AND_SLIP = [
     ("masked_mean_pool", "padding included in the mean", "masking by multiplication"),
     ("PostLNBlock", "Pre-LN instead of Post-LN", "GELU instead of ReLU"),
     ("PreLNBlock", "a norm missing", "GELU instead of ReLU"),
+    ("fold_batch_norm", "columns scaled", "eps outside the square root"),
 ]
 
 

@@ -10,7 +10,11 @@ Rubric (6 points): grad_x through both statistics, in a weighted (N, C) batch, 2
 values per channel, over N and L, and the sums of grad_weight and grad_bias over the same set
 2 (an (N, C, L) batch) and 1 (L = C, where channels taken as the last dim run silently); no
 weight 0.5; ε close to the variance 0.5. Either path left out, or the unbiased variance, keeps
-0; γ left out of grad_x 0.5 (the check without a weight); sums over N only 3.
+0; γ left out of grad_x 0.5 (the check without a weight).
+
+The values that share one γ and one β, a channel over N and L, are the structure (`Structure`):
+grad_weight and grad_bias summed over other dims (over N only) are a wrong structure, however
+right grad_x is, and keep at most 0.5 (not the 3 of the checks they pass), as much as a slip.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from functools import partial
 
 import numpy as np
 
-from grader.checks.core import Arrays, Check, Exercise, Mistake, also_visible
+from grader.checks.core import Arrays, Check, Exercise, Mistake, Structure, also_visible
 from grader.checks.library import NORMALIZATIONS, forbid
 from grader.reference import functional as ref
 from grader.sandboxed.probes import probe_batch_norm_backward
@@ -80,6 +84,11 @@ BATCH_NORM_BACKWARD = Exercise(
     **_F64,
     forbidden=forbid(*NORMALIZATIONS),
     forms=(("x", "2-d"), ("x", "3-d")),
+    structure=Structure(
+        "one γ and one β per channel: grad_weight and grad_bias summed over N and every dim "
+        "after C",
+        cap=0.5,
+    ),
     mistakes=(
         Mistake(
             "statistics treated as constants",
@@ -116,6 +125,7 @@ BATCH_NORM_BACKWARD = Exercise(
             "Your grad_weight and grad_bias are summed over the batch dim only; every value of "
             "a channel shares its γ and β, so sum over N and L (every dim except dim 1).",
             partial(_backward_variant, sums_over_n_only=True),
+            structural=True,
         ),
     ),
     checks=(

@@ -13,6 +13,13 @@ one scale per output channel of a convolution's 4-d weight 1.5; a layer without 
 BatchNorm without affine parameters (the `None`s of `nn.Linear(bias=False)` and
 `affine=False`) 0.5 each. An ε slip keeps 4.5; a wrong scale or shift (the variance for the
 standard deviation, the columns scaled, the mean not subtracted) 0; a bias term left out 0.5.
+No `Structure` caps the exercise: the one structure, the weight scaled row by row, is compared
+by every check, so an answer built otherwise (columns scaled, weight unscaled) passes none.
+
+A folded bias no known mistake matches is said as the combination it is of the terms a fold is
+made of (the layer's bias b and running_mean times the scale s = γ/√(running_var + ε), unscaled,
+divided by s, or times s without ε; β): "folded bias is s·b + s·running_mean + β, where
+s·b − s·running_mean + β belongs". Only the coefficients are said, never a value.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from grader.checks.core import Arrays, Check, Exercise, Mistake, also_visible
 from grader.checks.library import BN_FOLDING, NORMALIZATIONS, forbid
 from grader.reference.fusion import fold_batch_norm
 from grader.sandboxed.probes import probe_fold
+from normcheck.folding import FOLD_PROPERTIES
 
 
 def _fold_variant(
@@ -84,6 +92,7 @@ FOLD_BATCH_NORM = Exercise(
     probe=probe_fold,
     forbidden=forbid(BN_FOLDING, *NORMALIZATIONS),
     forms=(("weight", "2-d"), ("weight", "4-d")),
+    properties=FOLD_PROPERTIES,
     # ε's placement moves the scale by < 1e-5 relative where the variance is >= 2: inside this
     # tolerance on every check but the one with variances close to ε, which is there for it.
     rtol=1e-4,
