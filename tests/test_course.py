@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import html
 import os
 import re
 import subprocess
@@ -16,10 +17,14 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook, MissingEntry
 
+from grader.autograde import autograde as grade_class
+from grader.checks import EXERCISES
+from grader.checks.core import Verdict
+from grader.class_report import write_reports
 from grader.cli import main
 from grader.config import assignments
-from grader.course import Course
-from grader.demo import PROFILES, expected_scores
+from grader.course import Course, Results
+from grader.demo import PROFILES, expected_scores, write_class
 from grader.lms import points_header
 from grader.report import write_feedback
 from grader.sandbox import available
@@ -226,3 +231,26 @@ def test_nbgraders_autograde_grades_the_notebook_handed_in_now(cycle):
     nbformat.write(PROFILES["ada"].build(FIRST), new)
     nbgrader("autograde", FIRST, "--student=cat", cwd=course, exchange=exchange)
     assert Course(course).cell_scores("cat", FIRST) == recorded
+
+
+def test_the_class_report_counts_the_diagnoses_recorded_not_the_feedbacks_wording(
+    tmp_path, monkeypatch
+):
+    """Two students, each with a classic mistake in one exercise, graded with the feedback's
+    wording changed (its arrow before a diagnosis renamed): the report still counts each."""
+    render = Verdict.render
+    monkeypatch.setattr(Verdict, "render", lambda verdict: render(verdict).replace("→", "=>"))
+    mistaken = {"ivy": "unbiased variance", "jon": "eps outside the square root"}
+    submissions = write_class(tmp_path / "class", {s: PROFILES[s] for s in mistaken})
+    course = Course(tmp_path / "course")
+    grade_class(submissions, course, jobs=1, progress=False, notebooks=[FIRST])
+    exercise = "layer_norm"  # where both profiles make their mistake (grader.demo)
+    for student, mistake in mistaken.items():
+        result = Results.load(course.results_file(student, FIRST)).by_name()[exercise]
+        assert "=>" in result.feedback and "→" not in result.feedback
+        assert [d.name for d in result.diagnoses] == [mistake]
+
+    (page,) = write_reports(course, sorted(mistaken), tmp_path / "reports")
+    messages = {m.name: m.message for m in EXERCISES[exercise].mistakes}
+    for mistake in mistaken.values():
+        assert f"<li>1 × {html.escape(messages[mistake])}</li>" in page.read_text()
