@@ -32,13 +32,16 @@ from grader.sandbox import available
 FIRST, SECOND = assignments()[:2]
 COURSE_ID = "normalization-course"
 BIN = Path(sys.executable).parent
+CACHE = ".nbgrader-cache"  # in a student's folder: nbgrader's record of their submissions
 
 
 def nbgrader(*argv: str, cwd: Path, exchange: Path, user: str = "") -> str:
     """One nbgrader command as typed in `cwd` (a student's when `user` is given); its log."""
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    # As the student `user` would (nbgrader's exchange otherwise names them by their login)
-    student = ["--course", COURSE_ID, f"--student={user}"] if user else []
+    # As the student `user` would: named (nbgrader's exchange otherwise takes their login), with
+    # their own record of what they submitted (otherwise in the login's home, shared by all)
+    student = ["--course", COURSE_ID, f"--student={user}", f"--Exchange.cache={cwd / CACHE}"]
+    student = student if user else []
     done = subprocess.run(
         [str(BIN / "nbgrader"), *argv, *student, f"--Exchange.root={exchange}"],
         cwd=cwd,
