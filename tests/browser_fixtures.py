@@ -9,18 +9,21 @@ import pytest
 from browser_harness import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def screenshots(request) -> Path:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    for old in SCREENSHOTS.glob("*.png"):  # only this run's steps
+    """build/browser-screenshots/<test module>/, emptied of an earlier run's pictures (a folder
+    per module: pytest-xdist may run the modules at once)."""
+    folder = SCREENSHOTS / request.module.__name__
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.png"):
         old.unlink()
     plugins = request.config.pluginmanager
     reporter, capture = plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager")
     if reporter and capture:  # on the terminal, not in the captured output of the first test
         with capture.global_and_fixture_disabled():
             reporter.ensure_newline()
-            reporter.write_line(f"browser screenshots: {SCREENSHOTS}")
-    return SCREENSHOTS
+            reporter.write_line(f"browser screenshots: {folder}")
+    return folder
 
 
 @pytest.fixture(scope="session")

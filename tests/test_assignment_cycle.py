@@ -15,7 +15,7 @@ README's walk types them.
    Assignment List, and her feedback page shows the diagnosis, the TA's score and comment.
 7. `grader export` writes the LMS's CSV and `grader report` the instructor's report.
 
-A screenshot of every step goes to build/browser-screenshots/.
+A screenshot of every step goes to build/browser-screenshots/test_assignment_cycle/.
 """
 
 from __future__ import annotations

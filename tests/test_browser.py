@@ -6,11 +6,12 @@ MathJax and the figures; one exercise is answered in the editor, its visible che
 nbgrader's Validate button gives its verdict. Every other notebook is opened and run up to its
 first exercise (the whole run is costly: notebook 04 alone trains for half a minute).
 
-Instructor: a course where a small sample class was autograded, seen in formgrader inside
-JupyterLab: the assignments, their notebooks, the students, and one student's scored notebook
-with its diagnosis.
+Instructor: a course folder made by `grader init`, where a small sample class was autograded,
+seen in formgrader inside JupyterLab started there: the assignments, their notebooks, the
+students, and one student's scored notebook with its diagnosis. (The whole cycle, with manual
+grading and feedback: tests/test_assignment_cycle.py.)
 
-A screenshot of every step goes to build/browser-screenshots/ (the path is printed).
+A screenshot of every step goes to build/browser-screenshots/test_browser/ (the path is printed).
 """
 
 from __future__ import annotations
