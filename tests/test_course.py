@@ -72,14 +72,15 @@ def tree(folder: Path) -> dict[str, str]:
     }
 
 
+def grader(*argv: str) -> subprocess.CompletedProcess:
+    """One `grader` command, as typed in a terminal (its progress lines on stderr)."""
+    command = [sys.executable, "-m", "grader", *argv]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+
+
 def autograde(course: Path, *options: str) -> tuple[int, str]:
-    argv = ["autograde", "--course", str(course), "--jobs", "2", "--seed", "1", *options]
-    done = subprocess.run(
-        [sys.executable, "-m", "grader", *argv, "--unsafe-no-sandbox"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    argv = ["--course", str(course), "--jobs", "2", "--seed", "1", *options]
+    done = grader("autograde", *argv, "--unsafe-no-sandbox")
     return done.returncode, done.stdout + done.stderr
 
 
@@ -157,13 +158,15 @@ def pages(course: Path) -> dict[Path, int]:
 
 
 def test_grader_feedback_gives_nbgraders_scores_and_renders_only_what_changed(cycle):
-    """After nbgrader's own generate_feedback (the test above): the same scores on every page;
-    a second run writes nothing; a TA's grade re-renders that student's page alone."""
+    """After nbgrader's own generate_feedback (the test above), `grader feedback`: the same
+    scores on every page, with a progress line; a second run writes nothing; a TA's grade
+    re-renders that student's page alone."""
     _, _, course, *_ = cycle
     nbgraders = {page: score_lines(page) for page in pages(course)}
     assert len(nbgraders) == 2  # ada's and ben's first assignment: nothing else was graded
-    problems = write_feedback(Course(course), ["ada", "ben"], jobs=2)[1]
-    assert problems == []
+    done = grader("feedback", "--course", str(course), "--jobs", "2")
+    assert done.returncode == 0, done.stderr
+    assert "feedback 2/2 pages" in done.stderr
     assert {page: score_lines(page) for page in pages(course)} == nbgraders
     written = pages(course)
     assert write_feedback(Course(course), ["ada", "ben"], jobs=2)[1] == []
@@ -215,6 +218,9 @@ def test_the_lms_export_lists_the_whole_roster_with_each_assignments_points(cycl
     assert rows["zed"]["last_name"] == "Zed"
     assert rows["zed"][column] == "0"
     assert float(rows["ada"][column]) == score(course, "ada", FIRST) > 0
+    # `grader export` is that export
+    assert main(["export", "--course", str(course), "--csv", str(course / "grader.csv")]) == 0
+    assert (course / "grader.csv").read_text() == (course / "lms.csv").read_text()
 
 
 @pytest.mark.skipif(not available(), reason="bubblewrap is not installed: nothing to grade in")
