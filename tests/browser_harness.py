@@ -406,19 +406,28 @@ def open_formgrader(page, lab: Lab):
     return frame
 
 
-def on_assignment(frame, assignment: str, action: str) -> str:
-    """Manage Assignments' button `action` on `assignment`'s row: "assign" (generate the
-    student version), "release", "collect", "generate-feedback", "release-feedback". Fails with
-    formgrader's error; else its log, once its dialog is closed."""
-    row = frame.locator("tbody tr", has=frame.locator("td.name", has_text=assignment))
+def formgrader_row(frame, cell: str, text: str):
+    """The row of formgrader's table whose cell `cell` (a selector) reads `text`."""
+    return frame.locator("tbody tr", has=frame.locator(cell, has_text=text))
+
+
+def press_in_row(frame, row, action: str) -> str:
+    """The button of `row` in the column `action` ("assign", "release", "collect", "autograde",
+    "generate-feedback", "release-feedback"). Fails with formgrader's error; else returns its
+    log, once its dialog is closed."""
     row.locator(f"td.{action} a").click()
     dialog = frame.locator("#success-modal, #error-modal")
-    dialog.get_by_role("button", name="OK").wait_for()
+    dialog.get_by_role("button", name="OK").wait_for(timeout=180_000)
     log = dialog.inner_text()
     assert dialog.get_attribute("id") == "success-modal", log
     dialog.get_by_role("button", name="OK").click()
     dialog.wait_for(state="detached")
     return log
+
+
+def on_assignment(frame, assignment: str, action: str) -> str:
+    """Manage Assignments' `action` on `assignment` ("assign": generate its student version)."""
+    return press_in_row(frame, formgrader_row(frame, "td.name", assignment), action)
 
 
 def table_column(frame, css: str) -> list[str]:

@@ -8,8 +8,9 @@ first exercise (the whole run is costly: notebook 04 alone trains for half a min
 
 Instructor: a course folder made by `grader init`, where a small sample class was autograded,
 seen in formgrader inside JupyterLab started there: the assignments, their notebooks, the
-students, and one student's scored notebook with its diagnosis. (The whole cycle, with manual
-grading and feedback: tests/test_assignment_cycle.py.)
+students, one student's scored notebook with its diagnosis, and the Autograde button grading a
+notebook replaced since it was graded. (The whole cycle, with manual grading and feedback:
+tests/test_assignment_cycle.py.)
 
 A screenshot of every step goes to build/browser-screenshots/test_browser/ (the path is printed).
 """
@@ -33,9 +34,11 @@ from browser_harness import (
     cells,
     edit_cell,
     end_sessions,
+    formgrader_row,
     open_formgrader,
     open_notebook,
     open_submission,
+    press_in_row,
     prompt,
     run_all,
     run_all_past_every_error,
@@ -57,6 +60,7 @@ from grader.config import REPO, SOLUTIONS, assignments
 from grader.course import Course, grade_id_of_tests, notebook_path
 from grader.demo import PROFILES, write_class
 from grader.notebook import answer_source, exercises_of, source_notebook
+from grader.sandbox import available
 
 pytest_plugins = ["browser_fixtures"]  # the browser, its pages and screenshots
 pytestmark = BROWSER_TESTS
@@ -276,3 +280,22 @@ def test_formgrader_shows_a_students_scores_and_diagnosis(page, instructor_lab, 
     out_of = re.search(r"/\s*([\d.]+)", cell.locator(".panel-heading").inner_text())
     assert out_of and float(out_of[1]) == EXERCISES[ANSWERED].points
     assert diagnosis in feedback.inner_text()
+
+
+@pytest.mark.skipif(not available(), reason="bubblewrap is not installed: the button grades in it")
+def test_formgraders_autograde_button_grades_the_notebook_handed_in_now(
+    page, instructor_lab, graded_course, screenshots
+):
+    """ada's notebook replaced by one with a classic mistake (as a later collect would): the
+    Autograde button records what the new notebook earns, not ada's stored result. Last in this
+    module: it changes ada's grades."""
+    course = Course(graded_course)
+    mistaken = STUDENTS[DIAGNOSED[0]]
+    nbformat.write(mistaken.build(FULL_RUN), notebook_path(course.submitted / "ada", FULL_RUN))
+    frame = open_formgrader(page, instructor_lab)
+    formgrader_row(frame, "td.name", FULL_RUN).locator("td.num-submissions a").click()
+    frame.wait_for_url(f"**/formgrader/manage_submissions/{FULL_RUN}")
+    row = formgrader_row(frame, "td.student-id", "ada")
+    press_in_row(frame, row, "autograde")
+    screenshot(page, screenshots, "instructor-6-autograde-button")
+    assert course.cell_scores("ada", FULL_RUN) == mistaken.expected(FULL_RUN)
