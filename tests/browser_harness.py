@@ -344,9 +344,11 @@ def edit_cell(page, index: int, text: str) -> None:
 
 
 def save_notebook(page) -> None:
-    """Ctrl+S, until the notebook's tab no longer shows unsaved changes."""
+    """Ctrl+S on an edited notebook, until its tab no longer shows unsaved changes."""
+    unsaved = page.locator(".lm-TabBar-tab.jp-mod-current.jp-mod-dirty")
+    unsaved.wait_for(state="attached")  # the edit has reached the document
     page.keyboard.press("Control+s")
-    page.locator(".lm-TabBar-tab.jp-mod-current.jp-mod-dirty").wait_for(state="detached")
+    unsaved.wait_for(state="detached")
 
 
 # --- nbgrader's Assignment List, as a student uses it ----------------------------------------
