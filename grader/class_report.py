@@ -100,7 +100,8 @@ def render(assignment: str, scores: list[float], points: float, stats: list) -> 
     title = f"{assignment}: what the class got right and wrong"
     median = statistics.median(scores)
     summary = (
-        f"{len(scores)} students graded; mean {statistics.fmean(scores):.1f}, "
+        f"{len(scores)} student{'s' * (len(scores) != 1)} graded; "
+        f"mean {statistics.fmean(scores):.1f}, "
         f"median {median:g} of {points:g} points."
     )
     rows = "".join(

@@ -115,7 +115,9 @@ def test_an_assignment_from_release_to_the_lms(page, tmp_path, screenshots):
 
     assert main(["report", "--course", str(course)]) == 0
     report = (course / "reports" / f"{ASSIGNMENT}.html").read_text()
-    assert f"1 students graded; mean {AUTOGRADED + TA_SCORE:.1f}" in report
+    assert f"1 student graded; mean {AUTOGRADED + TA_SCORE:.1f}, " in report
+    points = EXERCISES[EXERCISE].points
+    assert f"<tr><td>{EXERCISE}</td><td>{points:g}</td><td>{AUTOGRADED:.2f}</td>" in report
     assert f"<li>1 × {html.escape(DIAGNOSIS)}</li>" in report
 
 
