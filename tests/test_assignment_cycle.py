@@ -1,7 +1,7 @@
 """One assignment's whole cycle on a fresh course folder, in a real JupyterLab driven by headless
 Chromium: the instructor and the TA in formgrader, the student in the Assignment List and the
-notebook, and the course's own commands (`grader init`, `autograde`, `export`, `report`) where
-README's walk types them.
+notebook, and the course's own commands (`grader init`, `autograde`, `feedback`, `export`,
+`report`) where README's walk types them.
 
 1. The instructor makes the course (`grader init`, then sets the exchange), and in formgrader
    generates the first assignment's student version and releases it.
@@ -11,8 +11,8 @@ README's walk types them.
 4. A TA opens ivy's notebook in formgrader, sees her autograded score and its diagnosis, and
    grades her written answer, with a comment.
 5. A regrade (`grader autograde --force`) keeps the TA's score and comment.
-6. The instructor generates and releases the feedback in formgrader; ivy fetches it in the
-   Assignment List, and her feedback page shows the diagnosis, the TA's score and comment.
+6. The instructor makes the feedback pages (`grader feedback`) and releases them in formgrader;
+   ivy fetches hers in the Assignment List: it shows the diagnosis, the TA's score and comment.
 7. `grader export` writes the LMS's CSV and `grader report` the instructor's report.
 
 A screenshot of every step goes to build/browser-screenshots/test_assignment_cycle/.
@@ -98,9 +98,8 @@ def test_an_assignment_from_release_to_the_lms(page, tmp_path, screenshots):
         assert written_grade(course) == (TA_SCORE, TA_COMMENT)
         assert total(course) == AUTOGRADED + TA_SCORE
 
-        formgrader = open_formgrader(page, instructor)
-        on_assignment(formgrader, ASSIGNMENT, "generate-feedback")
-        on_assignment(formgrader, ASSIGNMENT, "release-feedback")
+        assert main(["feedback", "--course", str(course)]) == 0
+        on_assignment(open_formgrader(page, instructor), ASSIGNMENT, "release-feedback")
         feedback = fetch_feedback(page, ivy, screenshots)
     assert DIAGNOSIS in feedback
     assert f"Written response (Score: {TA_SCORE} / {WRITTEN_POINTS:.1f})" in feedback
