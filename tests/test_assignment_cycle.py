@@ -55,7 +55,13 @@ from nbgrader.utils import is_grade
 from grader.checks import EXERCISES
 from grader.cli import main
 from grader.config import assignments
-from grader.course import answer_cell, grade_id, grade_id_of_tests, notebook_path
+from grader.course import (
+    answer_cell,
+    fetched_feedback,
+    grade_id,
+    grade_id_of_tests,
+    notebook_path,
+)
 from grader.demo import PROFILES
 from grader.lms import points_header
 from grader.notebook import exercises_of, source_notebook
@@ -158,7 +164,7 @@ def fetch_feedback(page, lab: Lab, screenshots: Path) -> str:
     open_assignment_list(page, lab)
     press(page, "Fetch Feedback", ASSIGNMENT)
     page.get_by_text("(view feedback)").wait_for(state="attached")
-    (fetched,) = (lab.root / ASSIGNMENT / "feedback").rglob(f"{ASSIGNMENT}.html")
+    (fetched,) = fetched_feedback(lab.root, ASSIGNMENT).rglob(f"{ASSIGNMENT}.html")
     text = rendered_text(page, lab, str(fetched.relative_to(lab.root)))
     screenshot(page, screenshots, "cycle-6-student-feedback")
     return text
