@@ -8,8 +8,9 @@ and hold it in the others; the paths sum to the whole gradient. A grad_x that is
 combination of them is said by the term it misses or gets wrong ("`grad_x` misses the term
 through the mean μ"). The invariances of the function (a row's shift leaves the output alone,
 its rescaling almost) explain a grad_x the paths do not span, and grad_weight and grad_bias are
-said as the combination of the sums they are made of. Only coefficients and which rows are off
-are reported, never an input or a correct value.
+said as the combination of the sums they are made of, or, for a grad_weight no such combination
+fits, as beyond the bound any Σ grad_out·x̂ keeps to (Cauchy–Schwarz). Only coefficients and
+which rows are off are reported, never an input or a correct value.
 """
 
 from __future__ import annotations
@@ -113,14 +114,18 @@ class GradientPaths:
         )
 
 
+def _rows(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """grad_out, x̂ and x − μ as (rows, features): one row per set of normalized dims."""
+    centred = _centered_x(a)
+    x_hat = centred / np.sqrt((centred**2).mean(1, keepdims=True) + float(a["eps"]))
+    return normalized_rows(a["grad_out"].astype(np.float64), a), x_hat, centred
+
+
 def _affine_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]] | None:
     """The sums over the leading dims that grad_weight and grad_bias are made of."""
     if "weight" not in a:
         return None
-    x = normalized_rows(a["x"].astype(np.float64), a)
-    x_hat = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + float(a["eps"]))
-    g = normalized_rows(a["grad_out"].astype(np.float64), a)
-    centred = x - x.mean(1, keepdims=True)
+    g, x_hat, centred = _rows(a)
     terms = {
         "Σ grad_out·x̂": (g * x_hat).sum(0),
         "Σ grad_out": g.sum(0),
@@ -131,9 +136,35 @@ def _affine_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]] | No
     return f"{correct} belongs (sums over every leading dim)", terms
 
 
+@dataclass(frozen=True)
+class WithinItsBound:
+    """grad_weight is Σ grad_out·x̂ over the rows, so each feature's value is at most
+    ‖grad_out‖·‖x̂‖ over the rows in size (Cauchy–Schwarz), whatever the inputs: a value beyond
+    that bound is no sum of grad_out weighted by x̂ (a division by x̂, a missing normalization),
+    where `Combination` could only fit the sums it knows."""
+
+    key: str = "grad_weight"
+
+    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+        if "weight" not in inputs or got.size != want.size:
+            return ""
+        g, x_hat, _ = _rows(inputs)
+        bound = np.sqrt((g * g).sum(0) * (x_hat * x_hat).sum(0))
+        ratio = np.abs(got.astype(np.float64).ravel()) / (bound + 1e-12)
+        over = ratio > 1.01
+        if not np.all(np.isfinite(ratio)) or not over.any():
+            return ""
+        return (
+            f"{key} is larger, in {over.sum()} of {over.size} features (up to {ratio.max():.3g} "
+            "times), than any Σ grad_out·x̂ can be (at most ‖grad_out‖·‖x̂‖ over the rows): "
+            "each of its values weighs grad_out by x̂, never divides by it"
+        )
+
+
 LAYER_NORM_BACKWARD = (
     GradientPaths(),
     Combination("grad_weight", _affine_terms),
+    WithinItsBound(),
     Combination("grad_bias", _affine_terms),
     Invariant(
         key="grad_x",
