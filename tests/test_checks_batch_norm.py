@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import assert_a_cheat_earns_nothing, each_cheat
+from conftest import SEEDS, assert_a_cheat_earns_nothing, each_cheat
 from torch import nn
 
+from grader.checks import run
 from grader.checks.batch_norm import (
     BATCH_NORM,
     EXERCISES,
@@ -21,6 +22,7 @@ from grader.checks.batch_norm import (
     TORCH_MOMENTUM,
     _bn_case,
 )
+from grader.checks.batch_norm_backward import BATCH_NORM_BACKWARD
 from grader.checks.core import outputs_of, plan
 from grader.checks.group_norm import GROUP_NORM
 from grader.checks.rms_norm import RMS_NORM
@@ -80,11 +82,19 @@ def test_the_batch_norm_reference_is_nn_batchnorm1d_step_for_step():
             np.testing.assert_allclose(got[key], value, rtol=1e-5, atol=1e-6, err_msg=key)
 
 
-def test_the_seed_table_is_the_first_visible_batch_norm_check():
-    _, inputs = plan(BATCH_NORM, hidden=False, seed=0)[0]
-    out = outputs_of(BATCH_NORM, BATCH_NORM.reference, inputs)
+def test_the_seed_table_is_the_first_visible_batch_norm_checks():
+    """The notebook's numbers: (1, 3), (5, 7) normalize to ±1, one step stores 0.1·(3, 5) and
+    0.9 + 0.1·8 = 1.7, and evaluation normalizes with those."""
+    (_, outputs), (_, running), (_, evaluated) = plan(BATCH_NORM, hidden=False, seed=0)[:3]
+    out = outputs_of(BATCH_NORM, BATCH_NORM.reference, outputs)
     np.testing.assert_allclose(out["output of training step 1"], [[-1, -1], [1, 1]], atol=1e-5)
+    out = outputs_of(BATCH_NORM, BATCH_NORM.reference, running)
+    np.testing.assert_allclose(out["running_mean after training step 1"], [0.3, 0.5], rtol=1e-6)
     np.testing.assert_allclose(out["running_var after training step 1"], [1.7, 1.7], rtol=1e-6)
+    out = outputs_of(BATCH_NORM, BATCH_NORM.reference, evaluated)
+    table = np.array([[1.0, 3.0], [5.0, 7.0]])
+    want = (table - [0.3, 0.5]) / np.sqrt(1.7 + 1e-5)
+    np.testing.assert_allclose(out["output of the evaluation call"], want, rtol=1e-6)
 
 
 def test_the_converted_momentum_reproduces_the_keras_moving_average():
@@ -147,3 +157,15 @@ CHEATS = {
 @pytest.mark.parametrize(("name", "source"), each_cheat(CHEATS), ids=lambda v: v[:30])
 def test_a_library_normalization_where_one_is_to_be_built_earns_zero(name, source):
     assert_a_cheat_earns_nothing(BY_NAME[name], source)
+
+
+def test_grad_weight_summed_over_n_only_keeps_no_more_than_a_slip():
+    """The values sharing γ and β are the structure of batch_norm_backward: sums over N only
+    keep its cap, not the points of the checks they pass (grad_x is right)."""
+    mistakes = {m.name: m.impl for m in BATCH_NORM_BACKWARD.mistakes}
+    for seed in SEEDS:
+        wrong, slipped = (
+            run(BATCH_NORM_BACKWARD, mistakes[m], hidden=True, seed=seed, source="")
+            for m in ("sums over N only", "weight left out of grad_x")
+        )
+        assert wrong.capped and wrong.score <= slipped.score, (wrong.score, slipped.score)

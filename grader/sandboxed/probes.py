@@ -44,10 +44,8 @@ def probe_var(stable_var, a: Arrays) -> Arrays:
     return {"var": stable_var(x, dim=int(a["dim"]))}
 
 
-def probe_backward(layer_norm_backward, a: Arrays) -> Arrays:
-    grad_out, x, weight = tensors(a, "grad_out", "x", "weight")
-    shape = shape_argument(a["normalized_shape"])
-    grads = layer_norm_backward(grad_out, x, shape, weight, eps=float(a["eps"]))
+def _gradients(grads, weight) -> Arrays:
+    """A backward exercise's `(grad_x, grad_weight, grad_bias)`, by name."""
     names = ("grad_x", "grad_weight", "grad_bias")
     out = {n: g for n, g in zip(names, grads, strict=True) if g is not None}
     if weight is None:  # the exercise promises None for both, not gradients of a missing weight
@@ -55,14 +53,53 @@ def probe_backward(layer_norm_backward, a: Arrays) -> Arrays:
     return out
 
 
+def probe_backward(layer_norm_backward, a: Arrays) -> Arrays:
+    grad_out, x, weight = tensors(a, "grad_out", "x", "weight")
+    shape = shape_argument(a["normalized_shape"])
+    return _gradients(layer_norm_backward(grad_out, x, shape, weight, eps=float(a["eps"])), weight)
+
+
+def probe_batch_norm_backward(batch_norm_backward, a: Arrays) -> Arrays:
+    grad_out, x, weight = tensors(a, "grad_out", "x", "weight")
+    return _gradients(batch_norm_backward(grad_out, x, weight, eps=float(a["eps"])), weight)
+
+
+def probe_fold(fold_batch_norm, a: Arrays) -> Arrays:
+    names = ("weight", "bias", "running_mean", "running_var", "gamma", "beta")
+    folded = fold_batch_norm(*tensors(a, *names), eps=float(a["eps"]))
+    return dict(zip(("folded weight", "folded bias"), folded, strict=True))
+
+
 def snapshot(value) -> np.ndarray:
     """The value now, so that later in-place updates cannot change what was recorded."""
     return np.array(to_array(value), copy=True)
 
 
+def judged(out: Arrays, a: Arrays, parts: dict[str, tuple[str, ...]]) -> Arrays:
+    """The outputs of the one part of a scenario that a case judges (`a["judged"]`, a key of
+    `parts`, each the prefixes of its outputs' names); all of them when the case names none. A
+    scenario's parts (its outputs, the running statistics) are then judged, and earn their
+    points, apart: one slip in the running average does not cost the outputs' points."""
+    if "judged" not in a:
+        return out
+    prefixes = parts[str(a["judged"])]
+    return {k: v for k, v in out.items() if k.startswith(prefixes)}
+
+
+BATCH_NORM_PARTS = {
+    "training outputs": ("output of training step",),
+    "running statistics": ("running_mean after training step", "running_var after training step"),
+    "evaluation": (
+        "output of the evaluation call",
+        "running_mean after the evaluation call",
+        "running_var after the evaluation call",
+    ),
+}
+
+
 def probe_batch_norm(batch_norm, a: Arrays) -> Arrays:
     """Training steps on a["training batch 1"], a["training batch 2"], ... then one evaluation
-    call on a["evaluation batch"]."""
+    call on a["evaluation batch"] (each optional), keeping the part `a["judged"]` names."""
     running_mean, running_var, weight, bias = tensors(
         a, "running_mean", "running_var", "weight", "bias"
     )
@@ -75,12 +112,13 @@ def probe_batch_norm(batch_norm, a: Arrays) -> Arrays:
         out[f"output of training step {i + 1}"] = snapshot(y)
         out[f"running_mean after training step {i + 1}"] = snapshot(running_mean)
         out[f"running_var after training step {i + 1}"] = snapshot(running_var)
-    (x,) = tensors(a, "evaluation batch")
-    y = batch_norm(x, running_mean, running_var, weight, bias, training=False, **options)
-    out["output of the evaluation call"] = snapshot(y)
-    out["running_mean after the evaluation call"] = snapshot(running_mean)
-    out["running_var after the evaluation call"] = snapshot(running_var)
-    return out
+    if "evaluation batch" in a:
+        (x,) = tensors(a, "evaluation batch")
+        y = batch_norm(x, running_mean, running_var, weight, bias, training=False, **options)
+        out["output of the evaluation call"] = snapshot(y)
+        out["running_mean after the evaluation call"] = snapshot(running_mean)
+        out["running_var after the evaluation call"] = snapshot(running_var)
+    return judged(out, a, BATCH_NORM_PARTS)
 
 
 def probe_torch_momentum(torch_momentum, a: Arrays) -> Arrays:
@@ -155,6 +193,14 @@ def probe_mask(lengths_to_mask, a: Arrays) -> Arrays:
     return {"mask": torch.as_tensor(np.asarray(mask)) != 0, "bool dtype": np.array(is_bool)}
 
 
+# An evaluation scenario judges everything: its outputs, and running statistics left as they were
+MASKED_BATCH_NORM_PARTS = {
+    "outputs": ("output at",),
+    "running statistics": ("running_",),
+    "evaluation": ("output at", "running_"),
+}
+
+
 def probe_masked_bn(masked_batch_norm, a: Arrays) -> Arrays:
     """Run the scenario: one call per step (training or eval), sharing the running statistics."""
     running_mean, running_var, weight, bias = tensors(
@@ -182,7 +228,7 @@ def probe_masked_bn(masked_batch_norm, a: Arrays) -> Arrays:
         out |= {"running_mean": running_mean, "running_var": running_var}
     if "grade_padding" in a:
         out["output at padding"] = torch.cat(padding)
-    return out
+    return judged(out, a, MASKED_BATCH_NORM_PARTS)
 
 
 def probe_pool(masked_mean_pool, a: Arrays) -> Arrays:
@@ -276,6 +322,8 @@ PROBES = {
         probe_layer_norm,
         probe_var,
         probe_backward,
+        probe_batch_norm_backward,
+        probe_fold,
         probe_batch_norm,
         probe_torch_momentum,
         probe_predict,
