@@ -23,7 +23,6 @@ from grader.autograde import UNJUDGED
 from grader.config import assignments
 from grader.course import Course, ExerciseResult, Results
 
-DIAGNOSIS = "  → "  # how a check's feedback names a recognized mistake (checks.core.Verdict)
 TOP_MISTAKES = 5
 
 
@@ -62,11 +61,11 @@ def exercise_stats(course: Course, assignment: str, students: list[str]) -> list
 
 
 def mistakes_in(exercise: ExerciseResult) -> list[str]:
-    """The mistakes diagnosed in one result, or why it could not be judged."""
+    """The mistakes grading recorded as diagnosed in one result (as the student was told), or
+    why it could not be judged."""
     if exercise.cause:
         return [UNJUDGED[exercise.cause]]
-    lines = exercise.feedback.splitlines()
-    return [line.removeprefix(DIAGNOSIS) for line in lines if line.startswith(DIAGNOSIS)]
+    return [d.message for d in exercise.diagnoses]
 
 
 def notebook_scores(course: Course, assignment: str, students: list[str]) -> tuple[list, float]:
@@ -101,7 +100,8 @@ def render(assignment: str, scores: list[float], points: float, stats: list) -> 
     title = f"{assignment}: what the class got right and wrong"
     median = statistics.median(scores)
     summary = (
-        f"{len(scores)} students graded; mean {statistics.fmean(scores):.1f}, "
+        f"{len(scores)} student{'s' * (len(scores) != 1)} graded; "
+        f"mean {statistics.fmean(scores):.1f}, "
         f"median {median:g} of {points:g} points."
     )
     rows = "".join(

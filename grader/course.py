@@ -116,14 +116,25 @@ def answer_cell(notebook: NotebookNode, name: str) -> NotebookNode | None:
 
 
 @dataclass(frozen=True)
+class Diagnosis:
+    """A classic mistake the checks recognized in an answer: its name in the checks, and the
+    sentence the student's feedback gives it."""
+
+    name: str
+    message: str
+
+
+@dataclass(frozen=True)
 class ExerciseResult:
-    """What the gradebook and the feedback need of one exercise: plain numbers and text."""
+    """What the gradebook, the feedback and the class report need of one exercise: plain
+    numbers and text."""
 
     name: str
     score: float
     max_score: float
     feedback: str
     cause: str = ""  # "missing", "crash" or "timeout": why no output of it could be judged
+    diagnoses: tuple[Diagnosis, ...] = ()  # the mistakes recognized, as the feedback names them
 
 
 @dataclass(frozen=True)
@@ -152,7 +163,12 @@ class Results:
     @classmethod
     def load(cls, path: Path) -> Results:
         stored = json.loads(path.read_text())
-        exercises = [ExerciseResult(**e) for e in stored["exercises"]]
+        exercises = [
+            ExerciseResult(
+                **{**e, "diagnoses": tuple(Diagnosis(**d) for d in e.get("diagnoses", ()))}
+            )
+            for e in stored["exercises"]
+        ]
         return cls(exercises, stored.get("fingerprint", ""), stored.get("problem", ""))
 
 

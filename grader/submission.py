@@ -34,7 +34,7 @@ from grader.config import (
     RUNNER_GRACE_SECONDS,
     SOLUTIONS,
 )
-from grader.course import ExerciseResult
+from grader.course import Diagnosis, ExerciseResult
 from grader.notebook import Submission
 from grader.sandbox import RUNNER_MODULE, Sandbox, runner_env, runner_setup
 from grader.sandboxed import record
@@ -334,6 +334,7 @@ def _crashed(name: str, cases: int) -> tuple[list[Outputs], set[str]]:
 
 
 def _result(verdict: Verdict, cause: str) -> ExerciseResult:
+    diagnoses = tuple(Diagnosis(m.name, m.message) for m in verdict.diagnoses)
     return ExerciseResult(
-        verdict.exercise.name, verdict.score, verdict.max_score, verdict.render(), cause
+        verdict.exercise.name, verdict.score, verdict.max_score, verdict.render(), cause, diagnoses
     )

@@ -9,8 +9,10 @@ nudge x in one place of the forward and hold it in the others; the paths sum to 
 gradient. A grad_x that is another combination of them is said by the term it misses or gets
 wrong ("`grad_x` misses the term through the mean μ"). The invariances of the function (a set's
 shift leaves the output alone, its rescaling almost) explain a grad_x the paths do not span, and
-grad_weight and grad_bias are said as the combination of the sums they are made of. Only
-coefficients and which sets are off are reported, never an input or a correct value.
+grad_weight and grad_bias are said as the combination of the sums they are made of, or, for a
+grad_weight no such combination fits, as beyond the bound any Σ grad_out·x̂ keeps to
+(Cauchy–Schwarz). Only coefficients and which sets are off are reported, never an input or a
+correct value.
 """
 
 from __future__ import annotations
@@ -171,14 +173,19 @@ class GradientPaths:
         )
 
 
+def _normalized(sets: Sets, a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """grad_out, x̂ and x − μ as rows, one per set that shares μ and σ."""
+    x = sets.centered_x(a)
+    x_hat = x / np.sqrt((x * x).mean(1, keepdims=True) + float(a["eps"]))
+    return sets.rows(a["grad_out"], a), x_hat, x
+
+
 def _affine_terms(sets: Sets) -> Callable[[str, Arrays], tuple[str, dict] | None]:
     def terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]] | None:
         """The sums over the shared dims that grad_weight and grad_bias are made of."""
         if "weight" not in a:
             return None
-        x = sets.centered_x(a)
-        x_hat = x / np.sqrt((x * x).mean(1, keepdims=True) + float(a["eps"]))
-        g = sets.rows(a["grad_out"], a)
+        g, x_hat, x = _normalized(sets, a)
         found = {
             "Σ grad_out·x̂": (g * x_hat).sum(sets.shared_axis),
             "Σ grad_out": g.sum(sets.shared_axis),
@@ -191,11 +198,39 @@ def _affine_terms(sets: Sets) -> Callable[[str, Arrays], tuple[str, dict] | None
     return terms
 
 
+@dataclass(frozen=True)
+class WithinItsBound:
+    """grad_weight is Σ grad_out·x̂ over the shared dims, so each of its values is at most
+    ‖grad_out‖·‖x̂‖ over them in size (Cauchy–Schwarz), whatever the inputs: a value beyond that
+    bound is no sum of grad_out weighted by x̂ (a division by x̂, a missing normalization), where
+    `Combination` can only fit the sums it knows."""
+
+    sets: Sets
+    key: str = "grad_weight"
+
+    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+        if "weight" not in inputs or got.size != want.size:
+            return ""
+        g, x_hat, _ = _normalized(self.sets, inputs)
+        axis = self.sets.shared_axis
+        bound = np.sqrt((g * g).sum(axis) * (x_hat * x_hat).sum(axis))
+        ratio = np.abs(got.astype(np.float64).ravel()) / (bound + 1e-12)
+        over = ratio > 1.01
+        if not np.all(np.isfinite(ratio)) or not over.any():
+            return ""
+        return (
+            f"{key} is larger, in {over.sum()} of its {over.size} values (up to {ratio.max():.3g} "
+            f"times), than any Σ grad_out·x̂ can be (at most ‖grad_out‖·‖x̂‖ over "
+            f"{self.sets.shared}): each of its values weighs grad_out by x̂, never divides by it"
+        )
+
+
 def backward_properties(sets: Sets) -> tuple[Property, ...]:
     """What a correct grad_x, grad_weight and grad_bias of the normalization satisfy."""
     return (
         GradientPaths(sets),
         Combination("grad_weight", _affine_terms(sets)),
+        WithinItsBound(sets),
         Combination("grad_bias", _affine_terms(sets)),
         Invariant(
             key="grad_x",

@@ -98,7 +98,7 @@ class Invariant:
 Terms = Callable[[str, dict[str, np.ndarray]], "tuple[str, dict[str, np.ndarray]] | None"]
 
 
-def _combination(coefficients: np.ndarray, names: list[str]) -> str:
+def combination(coefficients: np.ndarray, names: list[str]) -> str:
     """'x − F₁(x)', '2·h', '0' from least-squares coefficients."""
     parts = []
     for c, name in zip(coefficients, names, strict=True):
@@ -140,7 +140,7 @@ class Combination:
         coefficients = fit(got, terms)
         if coefficients is None:
             return ""  # no combination of these terms: nothing sure to say
-        said = f"{key} is {_combination(coefficients, list(terms))}, where {correct}"
+        said = f"{key} is {combination(coefficients, list(terms))}, where {correct}"
         return Structural(said) if self.structural else said
 
 

@@ -17,7 +17,9 @@ import torch
 from torch.nn import functional as F
 
 from normcheck.probing import ALONE, Arrays
-from normcheck.properties import Combination, Structural
+from normcheck.properties import Combination, Structural, combination
+
+SWITCH_OFF = ("self_attn.out_proj.weight", "linear2.weight")  # zeroed: F₁ ≡ b₁, F₂ ≡ b₂
 
 
 def _layer_norm(z: np.ndarray, a: Arrays, which: str) -> np.ndarray:
@@ -75,6 +77,52 @@ def _stack_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]]:
     return "LN_f of the last block's output belongs", {"LN_f(x)": _layer_norm(x, a, "norm"), "x": x}
 
 
+def _biases_added(a: Arrays) -> np.ndarray | None:
+    """B, what a Pre-LN stack's blocks add to x when their output weights are zeroed (each
+    sublayer then outputs its bias); None when these inputs do not zero them."""
+    blocks = range(int(a["dims"][0]))
+    if any(np.any(a[f"w:layers.{i}.{k}"]) for i in blocks for k in SWITCH_OFF):
+        return None
+    return sum(
+        a[f"w:layers.{i}.self_attn.out_proj.bias"] + a[f"w:layers.{i}.linear2.bias"] for i in blocks
+    )
+
+
+@dataclass(frozen=True)
+class FinalNormReads:
+    """With every block's output weights zeroed, the blocks of a Pre-LN stack turn x into
+    x + B, which its final LayerNorm normalizes. LN_f's affine undone, each output row is the
+    row it read, centred and divided by its own spread, so fitting k_row·z_row = a·x_row + B
+    (centred) says what LN_f read up to its scale, whatever the answer computed around it:
+    "x + blocks(x)" for a stack that adds its input back around its blocks."""
+
+    key: str = "output"
+
+    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+        added, weight = _biases_added(inputs), inputs["w:norm.weight"]
+        if added is None or np.abs(weight).min() < 1e-3 or got.shape != want.shape:
+            return ""
+        z = ((got - inputs["w:norm.bias"]) / weight).reshape(-1, len(weight))
+        x = inputs["x"].reshape(z.shape)
+        x, added = x - x.mean(-1, keepdims=True), added - added.mean()
+        rows, n = z.shape
+        design = np.zeros((rows * n, rows + 1))
+        for r in range(rows):  # k_r · z_r − a · x_r = B, one equation per feature
+            design[r * n : (r + 1) * n, r] = z[r]
+            design[r * n : (r + 1) * n, rows] = -x[r]
+        target = np.tile(added, rows)
+        solution, *_ = np.linalg.lstsq(design, target, rcond=None)
+        if np.linalg.norm(design @ solution - target) > 1e-6 * np.linalg.norm(target):
+            return ""  # LN_f read no combination of x and B: nothing sure to say
+        read = combination(np.array([solution[-1] - 1, 1.0]), ["x", "blocks(x)"])
+        if read == "blocks(x)":
+            return ""
+        return Structural(
+            f"with every block's output weights zeroed, what the final LayerNorm reads is {read} "
+            "(up to its scale), where blocks(x), the last block's output, belongs"
+        )
+
+
 @dataclass(frozen=True)
 class CallCounts:
     """Each norm of a block is called exactly once per forward."""
@@ -115,4 +163,8 @@ def _block_properties(terms) -> tuple:
 
 POST_LN_PROPERTIES = _block_properties(_post_ln_terms)
 PRE_LN_PROPERTIES = _block_properties(_pre_ln_terms)
-ENCODER_PROPERTIES = (BatchIndependence(), Combination("output", _stack_terms, structural=True))
+ENCODER_PROPERTIES = (
+    BatchIndependence(),
+    Combination("output", _stack_terms, structural=True),
+    FinalNormReads(),
+)

@@ -1,6 +1,8 @@
-"""Driving JupyterLab in headless Chromium (Playwright for Python), for tests/test_browser.py:
-a JupyterLab server of its own, and what a person does in it (run cells, read their prompts,
-outputs and errors, open formgrader), each step waiting until the page has done it."""
+"""Driving JupyterLab in headless Chromium (Playwright for Python), for tests/test_browser.py
+and tests/test_assignment_cycle.py (their fixtures: tests/browser_fixtures.py): a JupyterLab
+server of its own, and what a person does in it (run and edit cells, read their
+prompts, outputs and errors, fetch and submit in nbgrader's Assignment List, grade in
+formgrader), each step waiting until the page has done it."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from grader.config import REPO
 from grader.course import grade_id
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -44,6 +47,16 @@ LAB_SETTINGS = {
     },
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
 }
+
+# Every browser test module's marks.
+BROWSER_TESTS = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        not CHROMIUM.exists(),
+        reason=f"needs Debian's Chromium at {CHROMIUM} (apt-get install chromium)",
+    ),
+]
+SCREENSHOTS = REPO / "build" / "browser-screenshots"
 
 # --- a JupyterLab server ---------------------------------------------------------------------
 
@@ -131,11 +144,10 @@ def stop_process_group(process: subprocess.Popen) -> None:
         pass
 
 
-@contextmanager
-def running_lab(root: Path, state: Path) -> Iterator[Lab]:
+def start_lab(root: Path, state: Path) -> tuple[Lab, subprocess.Popen]:
     """`jupyter lab` serving `root` on a free port with a random token, started in `root` (nbgrader
-    reads nbgrader_config.py from the working directory), its own session so it and its children
-    are stopped together; fails if any of its kernels outlives it."""
+    reads nbgrader_config.py from the working directory), in its own session so that it and its
+    children are stopped together."""
     state.mkdir(parents=True, exist_ok=True)
     bin_dir = Path(sys.executable).parent
     lab = Lab(
@@ -167,15 +179,32 @@ def running_lab(root: Path, state: Path) -> Iterator[Lab]:
         process = subprocess.Popen(
             command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
+    return lab, process
+
+
+@contextmanager
+def running_labs(*places: tuple[Path, Path]) -> Iterator[list[Lab]]:
+    """A JupyterLab server per (root, state folder) (see `start_lab`), started together and
+    serving; fails if any of their kernels outlives them."""
+    started = [start_lab(root, state) for root, state in places]
     try:
-        wait_until_serving(lab, process)
-        yield lab
+        for lab, process in started:
+            wait_until_serving(lab, process)
+        yield [lab for lab, _ in started]
     finally:
-        stop_process_group(process)
-        left = processes_mentioning(str(lab.runtime))
+        left = []
+        for lab, process in started:
+            stop_process_group(process)
+            left += processes_mentioning(str(lab.runtime))
         for pid in left:
             os.kill(pid, signal.SIGKILL)
         assert not left, f"processes outlived jupyter lab: {left}"
+
+
+@contextmanager
+def running_lab(root: Path, state: Path) -> Iterator[Lab]:
+    with running_labs((root, state)) as (lab,):
+        yield lab
 
 
 def end_sessions(lab: Lab) -> None:
@@ -295,6 +324,78 @@ def assert_math_typeset(page, index: int) -> None:
     )
 
 
+def typed(source: str) -> str:
+    """What a student types for a solution cell: its text without nbgrader's solution markers."""
+    markers = {"### BEGIN SOLUTION", "### END SOLUTION"}
+    return "\n".join(line for line in source.splitlines() if line.strip() not in markers)
+
+
+def edit_cell(page, index: int, text: str) -> None:
+    """Cell `index`'s text replaced by `text`, as typed (a rendered Markdown cell is opened for
+    editing by a double click)."""
+    cell = cells(page).nth(index)
+    if cell.locator(".jp-MarkdownOutput").is_visible():
+        cell.locator(".jp-MarkdownOutput").dblclick()
+    editor = cell.locator(".cm-content")
+    editor.click()
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text(text)  # one input event: no auto-indent or bracket closing
+    assert editor.inner_text() == text
+
+
+def save_notebook(page) -> None:
+    """Ctrl+S on an edited notebook, until its tab no longer shows unsaved changes."""
+    unsaved = page.locator(".lm-TabBar-tab.jp-mod-current.jp-mod-dirty")
+    unsaved.wait_for(state="attached")  # the edit has reached the document
+    page.keyboard.press("Control+s")
+    unsaved.wait_for(state="detached")
+
+
+# --- nbgrader's Assignment List, as a student uses it ----------------------------------------
+
+STUDENT_CONFIG = """c = get_config()  # noqa: F821
+c.Exchange.root = {exchange!r}
+c.CourseDirectory.student_id = {student!r}  # who submits (nbgrader's default: the login)
+c.Exchange.cache = {cache!r}  # what they submitted (nbgrader's default: in the login's home)
+"""
+
+
+def student_home(folder: Path, student: str, exchange: Path) -> Path:
+    """A student's folder, with the nbgrader_config.py their JupyterLab reads: the course's
+    exchange, who they are, and their own record of what they submitted."""
+    folder.mkdir(parents=True)
+    cache = folder / ".nbgrader-cache"
+    config = STUDENT_CONFIG.format(exchange=str(exchange), student=student, cache=str(cache))
+    (folder / "nbgrader_config.py").write_text(config)
+    return folder
+
+
+def set_exchange(course: Path, exchange: Path) -> None:
+    """What README asks of an instructor in a `grader init` course: set the exchange."""
+    exchange.mkdir(mode=0o777, exist_ok=True)
+    with (course / "nbgrader_config.py").open("a") as config:
+        config.write(f"c.Exchange.root = {str(exchange)!r}\n")
+
+
+def open_assignment_list(page, lab: Lab) -> None:
+    """JupyterLab's Nbgrader menu → Assignment List, once it has loaded the course's list."""
+    page.goto(lab.url("lab"))
+    menu(page, "Nbgrader", "nbgrader:open-assignment-list")
+    page.locator("#course_list_dropdown:not([disabled])").wait_for(state="attached")
+
+
+def listed(page, section: str, assignment: str):
+    """`assignment`'s row in a section of the Assignment List: "released" (to fetch),
+    "fetched" (to submit) or "submitted"."""
+    return page.locator(f"#{section}_assignments_list > .list_item", has_text=assignment)
+
+
+def press(page, button: str, assignment: str) -> None:
+    """Press `button` ("Fetch", "Submit", "Fetch Feedback") on `assignment`'s row."""
+    row = page.locator(".list_container > .list_item", has_text=assignment)
+    row.get_by_role("button", name=button, exact=True).click()
+
+
 # --- formgrader ------------------------------------------------------------------------------
 
 
@@ -307,6 +408,30 @@ def open_formgrader(page, lab: Lab):
     return frame
 
 
+def formgrader_row(frame, cell: str, text: str):
+    """The row of formgrader's table whose cell `cell` (a selector) reads `text`."""
+    return frame.locator("tbody tr", has=frame.locator(cell, has_text=text))
+
+
+def press_in_row(frame, row, action: str) -> str:
+    """The button of `row` in the column `action` ("assign", "release", "collect", "autograde",
+    "generate-feedback", "release-feedback"). Fails with formgrader's error; else returns its
+    log, once its dialog is closed."""
+    row.locator(f"td.{action} a").click()
+    dialog = frame.locator("#success-modal, #error-modal")
+    dialog.get_by_role("button", name="OK").wait_for(timeout=180_000)
+    log = dialog.inner_text()
+    assert dialog.get_attribute("id") == "success-modal", log
+    dialog.get_by_role("button", name="OK").click()
+    dialog.wait_for(state="detached")
+    return log
+
+
+def on_assignment(frame, assignment: str, action: str) -> str:
+    """Manage Assignments' `action` on `assignment` ("assign": generate its student version)."""
+    return press_in_row(frame, formgrader_row(frame, "td.name", assignment), action)
+
+
 def table_column(frame, css: str) -> list[str]:
     """One column of formgrader's table, once its rows (fetched after the page) are in."""
     frame.locator(f"tbody td{css}").first.wait_for(state="attached")
@@ -316,3 +441,44 @@ def table_column(frame, css: str) -> list[str]:
 def score(text: str) -> tuple[float, float]:
     got, out_of = text.split("/")
     return float(got), float(out_of)
+
+
+def submission_row(frame, assignment: str, student: str):
+    """Manual Grading → `assignment` → its notebook: the row of `student`'s submission, with
+    the students' names shown (submissions are anonymous until asked)."""
+    frame.get_by_role("link", name="Manual Grading").click()
+    frame.wait_for_url("**/formgrader/gradebook")
+    frame.locator("tbody td a", has_text=assignment).click()
+    frame.wait_for_url(f"**/formgrader/gradebook/{assignment}")
+    frame.locator("tbody td a", has_text=assignment).click()  # its one notebook
+    frame.wait_for_url(f"**/formgrader/gradebook/{assignment}/{assignment}")
+    frame.locator("tbody td.name a").first.wait_for(state="attached")
+    frame.locator("#toggle_names").click()
+    return frame.locator("tbody tr", has=frame.locator("a.name-shown", has_text=student))
+
+
+def open_submission(frame, row) -> None:
+    """The submitted notebook of a `submission_row`, with its scores and outputs."""
+    row.locator("a.name-shown").click()
+    frame.wait_for_url("**/formgrader/submissions/**")
+    frame.locator("input.score").first.wait_for()
+
+
+def grade_by_hand(frame, cell: str, points: float, comment: str) -> None:
+    """What a TA types into the cell nbgrader names `cell`: a score and a comment, each saved
+    by formgrader when the field loses focus (waited for: the server's answer)."""
+    for field, value, api in (
+        (f"input.score#{cell}", str(points), "/api/grade/"),
+        (f"textarea#{cell}-comment", comment, "/api/comment/"),
+    ):
+        with frame.page.expect_response(
+            lambda r, api=api: api in r.url and r.request.method == "PUT" and r.ok
+        ):
+            frame.locator(field).fill(value)
+            frame.locator(field).press("Tab")
+
+
+def rendered_text(page, lab: Lab, path: str) -> str:
+    """What the browser shows of the HTML page the server holds at `path` (from its root)."""
+    page.goto(f"{lab.base}/files/{path}?token={lab.token}")
+    return page.locator("body").inner_text()

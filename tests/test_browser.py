@@ -6,11 +6,13 @@ MathJax and the figures; one exercise is answered in the editor, its visible che
 nbgrader's Validate button gives its verdict. Every other notebook is opened and run up to its
 first exercise (the whole run is costly: notebook 04 alone trains for half a minute).
 
-Instructor: a course where a small sample class was autograded, seen in formgrader inside
-JupyterLab: the assignments, their notebooks, the students, and one student's scored notebook
-with its diagnosis.
+Instructor: a course folder made by `grader init`, where a small sample class was autograded,
+seen in formgrader inside JupyterLab started there: the assignments, their notebooks, the
+students, one student's scored notebook with its diagnosis, and the Autograde button grading a
+notebook replaced since it was graded. (The whole cycle, with manual grading and feedback:
+tests/test_assignment_cycle.py.)
 
-A screenshot of every step goes to build/browser-screenshots/ (the path is printed).
+A screenshot of every step goes to build/browser-screenshots/test_browser/ (the path is printed).
 """
 
 from __future__ import annotations
@@ -23,102 +25,52 @@ from pathlib import Path
 import nbformat
 import pytest
 from browser_harness import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
+    BROWSER_TESTS,
     NOTEBOOK,
     Lab,
     assert_math_typeset,
     cell_index,
     cell_states,
     cells,
+    edit_cell,
     end_sessions,
+    formgrader_row,
     open_formgrader,
     open_notebook,
+    open_submission,
+    press_in_row,
     prompt,
     run_all,
     run_all_past_every_error,
     running_lab,
     score,
     screenshot,
+    set_exchange,
+    submission_row,
     table_column,
+    typed,
     unrun_code_cells,
     wait_until_ran,
 )
 
 from grader.autograde import autograde
 from grader.checks import EXERCISES
+from grader.cli import main
 from grader.config import REPO, SOLUTIONS, assignments
 from grader.course import Course, grade_id_of_tests, notebook_path
 from grader.demo import PROFILES, write_class
 from grader.notebook import answer_source, exercises_of, source_notebook
+from grader.sandbox import available
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not CHROMIUM.exists(),
-        reason=f"needs Debian's Chromium at {CHROMIUM} (apt-get install chromium)",
-    ),
-]
-
-sync_api = pytest.importorskip(
-    "playwright.sync_api", reason="browser tests need playwright (pip install -e '.[test]')"
-)
-
-SCREENSHOTS = REPO / "build" / "browser-screenshots"
+pytest_plugins = ["browser_fixtures"]  # the browser, its pages and screenshots
+pytestmark = BROWSER_TESTS
 ASSIGNMENTS = assignments()
 FULL_RUN = ASSIGNMENTS[0]  # the notebook run to its end; the others run to their first exercise
 ANSWERED = exercises_of(source_notebook(FULL_RUN))[0]  # Run All stops at it: a student starts here
 # Two students keep autograding near 25 s: one correct, one with a named mistake in FULL_RUN.
 STUDENTS = {"ada": PROFILES["ada"], "ivy": PROFILES["ivy"]}
 DIAGNOSED = ("ivy", "unbiased")  # the student opened in formgrader, and a word of its diagnosis
-
-# The instructor server's nbgrader configuration: exactly what `grader autograde` records with.
-NBGRADER_CONFIG = '''\
-"""formgrader's view of the course graded by tests/test_browser.py."""
-from pathlib import Path
-
-from grader.course import Course
-
-c = get_config()  # noqa: F821
-c.merge(Course(Path({course!r})).api().config)
-c.Exchange.root = {exchange!r}  # an existing exchange: no "exchange missing" banner
-'''
 NOT_IMPLEMENTED = "`{}` is not implemented yet (it raises NotImplementedError)."
-
-
-# --- browser and screenshots -------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def screenshots(request) -> Path:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    for old in SCREENSHOTS.glob("*.png"):  # only this run's steps
-        old.unlink()
-    plugins = request.config.pluginmanager
-    reporter, capture = plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager")
-    if reporter and capture:  # on the terminal, not in the captured output of the first test
-        with capture.global_and_fixture_disabled():
-            reporter.ensure_newline()
-            reporter.write_line(f"browser screenshots: {SCREENSHOTS}")
-    return SCREENSHOTS
-
-
-@pytest.fixture(scope="session")
-def browser():
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
-        )
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    context.set_default_timeout(60_000)  # two busy cores: kernels start and torch imports slowly
-    yield context.new_page()
-    context.close()
 
 
 # --- JupyterLab, as a student uses it ----------------------------------------------------------
@@ -139,13 +91,6 @@ def solution_images(assignment: str) -> int:
         if cell.cell_type == "code"
         for output in cell.outputs
     )
-
-
-def typed_answer(exercise: str, assignment: str) -> str:
-    """What a student would type: the solution cell without nbgrader's solution markers."""
-    source = answer_source(source_notebook(assignment), exercise)
-    markers = {"### BEGIN SOLUTION", "### END SOLUTION"}
-    return "\n".join(line for line in source.splitlines() if line.strip() not in markers)
 
 
 @pytest.fixture(scope="module")
@@ -217,12 +162,7 @@ def test_answering_an_exercise_passes_its_checks_and_validate_says_what_is_left(
     open_notebook(page, student_lab, path)
     run_all(page)  # stops at ANSWERED's checks, with the imports run
 
-    answer = typed_answer(ANSWERED, FULL_RUN)
-    editor = cells(page).nth(answer_cell).locator(".cm-content")
-    editor.click()
-    page.keyboard.press("Control+a")
-    page.keyboard.insert_text(answer)  # one input event: no auto-indent or bracket closing
-    assert editor.inner_text() == answer
+    edit_cell(page, answer_cell, typed(answer_source(source_notebook(FULL_RUN), ANSWERED)))
     before = prompt(page, checks_cell)
     page.keyboard.press("Shift+Enter")  # the answer, then its checks
     page.keyboard.press("Shift+Enter")
@@ -272,21 +212,17 @@ def test_every_other_notebook_runs_to_its_first_exercise(
 
 @pytest.fixture(scope="module")
 def graded_course(tmp_path_factory) -> Path:
-    """A server root holding a course where the sample class (two students) was autograded, and
-    the nbgrader_config.py formgrader reads. The course must lie inside the server's root."""
+    """A course folder made by `grader init` (its nbgrader_config.py is what formgrader reads)
+    where the sample class (two students), handed in as nbgrader collects, was autograded."""
     base = tmp_path_factory.mktemp("instructor")
-    root = base / "home"
-    course = Course(root / "course")
-    exchange = base / "exchange"
-    exchange.mkdir()
-    submissions = write_class(base / "submissions", STUDENTS)
+    assert main(["init", str(base / "course")]) == 0
+    set_exchange(base / "course", base / "exchange")
+    course = Course(base / "course")
+    write_class(course.submitted, STUDENTS)
     # Our own sample code: run without the sandbox, so bubblewrap is not needed here.
-    outcomes = autograde(submissions, course, jobs=2, sandbox=None, progress=False)
+    outcomes = autograde(course.submitted, course, jobs=2, sandbox=None, progress=False)
     assert [o.problem for o in outcomes if o.problem] == []
-    (root / "nbgrader_config.py").write_text(
-        NBGRADER_CONFIG.format(course=str(course.root), exchange=str(exchange))
-    )
-    return root
+    return course.root
 
 
 @pytest.fixture(scope="module")
@@ -330,21 +266,12 @@ def test_formgrader_shows_a_students_scores_and_diagnosis(page, instructor_lab, 
     student, diagnosis = DIAGNOSED
     expected = STUDENTS[student].expected(FULL_RUN)
     frame = open_formgrader(page, instructor_lab)
-    frame.get_by_role("link", name="Manual Grading").click()
-    frame.wait_for_url("**/formgrader/gradebook")
-    frame.locator("tbody td a", has_text=FULL_RUN).click()
-    frame.wait_for_url(f"**/formgrader/gradebook/{FULL_RUN}")
-    frame.locator("tbody td a", has_text=FULL_RUN).click()
-    frame.wait_for_url(f"**/formgrader/gradebook/{FULL_RUN}/{FULL_RUN}")
-    frame.locator("tbody td.name a").first.wait_for(state="attached")
-    frame.locator("#toggle_names").click()  # submissions are anonymous until asked
-    row = frame.locator("tbody tr", has=frame.locator("a.name-shown", has_text=student))
+    row = submission_row(frame, FULL_RUN, student)
     code_score = row.locator("td.code-score").inner_text()
     screenshot(page, screenshots, "instructor-4-submissions")
     assert score(code_score) == (sum(expected.values()), points(FULL_RUN))
 
-    row.locator("a.name-shown").click()
-    frame.wait_for_url("**/formgrader/submissions/**")
+    open_submission(frame, row)
     box = frame.locator(f"input.score#{grade_id_of_tests(ANSWERED)}")
     cell = frame.locator("div.cell", has=box)
     feedback = cell.locator(".output_area").first
@@ -353,3 +280,22 @@ def test_formgrader_shows_a_students_scores_and_diagnosis(page, instructor_lab, 
     out_of = re.search(r"/\s*([\d.]+)", cell.locator(".panel-heading").inner_text())
     assert out_of and float(out_of[1]) == EXERCISES[ANSWERED].points
     assert diagnosis in feedback.inner_text()
+
+
+@pytest.mark.skipif(not available(), reason="bubblewrap is not installed: the button grades in it")
+def test_formgraders_autograde_button_grades_the_notebook_handed_in_now(
+    page, instructor_lab, graded_course, screenshots
+):
+    """ada's notebook replaced by one with a classic mistake (as a later collect would): the
+    Autograde button records what the new notebook earns, not ada's stored result. Last in this
+    module: it changes ada's grades."""
+    course = Course(graded_course)
+    mistaken = STUDENTS[DIAGNOSED[0]]
+    nbformat.write(mistaken.build(FULL_RUN), notebook_path(course.submitted / "ada", FULL_RUN))
+    frame = open_formgrader(page, instructor_lab)
+    formgrader_row(frame, "td.name", FULL_RUN).locator("td.num-submissions a").click()
+    frame.wait_for_url(f"**/formgrader/manage_submissions/{FULL_RUN}")
+    row = formgrader_row(frame, "td.student-id", "ada")
+    press_in_row(frame, row, "autograde")
+    screenshot(page, screenshots, "instructor-6-autograde-button")
+    assert course.cell_scores("ada", FULL_RUN) == mistaken.expected(FULL_RUN)

@@ -128,6 +128,9 @@ STRUCTURE_AND_SLIP = [
     ("rms_norm", "mean subtracted", "eps outside the square root"),
     ("lengths_to_mask", "True marks padding", "off by one"),
     ("masked_batch_norm", "padding included in the statistics", "biased running variance"),
+    ("batch_norm", "per-sample statistics", "swapped momentum"),
+    ("batch_norm", "channels taken as the last dim", "batch statistics in eval"),
+    ("masked_batch_norm", "padding included in the statistics", "batch statistics in evaluation"),
     ("masked_mean_pool", "padding included in the mean", "masking by multiplication"),
     ("PostLNBlock", "Pre-LN instead of Post-LN", "GELU instead of ReLU"),
     ("PreLNBlock", "a norm missing", "GELU instead of ReLU"),
@@ -146,6 +149,39 @@ def test_a_wrong_structure_earns_less_than_a_slip_and_little(name, structure, sl
             for m in (structure, slip)
         )
         assert wrong < slipped and wrong <= little, (wrong, slipped)
+
+
+# (exercise, a slip, the one part of the scenarios it gets wrong): the BatchNorm exercises judge
+# a scenario's outputs, its running statistics and its evaluation as parts with their own points
+# (`inputs["judged"]`), so a slip costs the points of its part and of no other.
+SLIP_AND_PART = [
+    ("batch_norm", "unbiased variance to normalize", "training outputs"),
+    ("batch_norm", "biased variance stored", "running statistics"),
+    ("batch_norm", "swapped momentum", "running statistics"),
+    ("batch_norm", "running stats not updated", "running statistics"),
+    ("batch_norm", "running stats updated in eval", "evaluation"),
+    ("batch_norm", "batch statistics in eval", "evaluation"),
+    ("masked_batch_norm", "padding included in the running statistics", "running statistics"),
+    ("masked_batch_norm", "padded count in the unbiased correction", "running statistics"),
+    ("masked_batch_norm", "biased running variance", "running statistics"),
+    ("masked_batch_norm", "running statistics not updated in place", "running statistics"),
+    ("masked_batch_norm", "batch statistics in evaluation", "evaluation"),
+]
+
+
+@pytest.mark.parametrize(("name", "slip", "part"), SLIP_AND_PART)
+def test_a_slip_in_one_part_of_a_scenario_costs_only_that_parts_points(name, slip, part):
+    exercise = EXERCISES[name]
+    impl = next(m.impl for m in exercise.mistakes if m.name == slip)
+    for seed in SEEDS:
+        planned = plan(exercise, hidden=True, seed=seed)
+        verdict = run(exercise, impl, hidden=True, seed=seed, source="")
+        failed = {
+            str(inputs.get("judged", ""))
+            for (_, inputs), o in zip(planned, verdict.outcomes, strict=True)
+            if not o.passed
+        }
+        assert failed == {part}, verdict.render()
 
 
 def test_partial_credit_right_statistics_wrong_affine_keeps_most_points():

@@ -82,11 +82,19 @@ def test_the_batch_norm_reference_is_nn_batchnorm1d_step_for_step():
             np.testing.assert_allclose(got[key], value, rtol=1e-5, atol=1e-6, err_msg=key)
 
 
-def test_the_seed_table_is_the_first_visible_batch_norm_check():
-    _, inputs = plan(BATCH_NORM, hidden=False, seed=0)[0]
-    out = outputs_of(BATCH_NORM, BATCH_NORM.reference, inputs)
+def test_the_seed_table_is_the_first_visible_batch_norm_checks():
+    """The notebook's numbers: (1, 3), (5, 7) normalize to ±1, one step stores 0.1·(3, 5) and
+    0.9 + 0.1·8 = 1.7, and evaluation normalizes with those."""
+    (_, outputs), (_, running), (_, evaluated) = plan(BATCH_NORM, hidden=False, seed=0)[:3]
+    out = outputs_of(BATCH_NORM, BATCH_NORM.reference, outputs)
     np.testing.assert_allclose(out["output of training step 1"], [[-1, -1], [1, 1]], atol=1e-5)
+    out = outputs_of(BATCH_NORM, BATCH_NORM.reference, running)
+    np.testing.assert_allclose(out["running_mean after training step 1"], [0.3, 0.5], rtol=1e-6)
     np.testing.assert_allclose(out["running_var after training step 1"], [1.7, 1.7], rtol=1e-6)
+    out = outputs_of(BATCH_NORM, BATCH_NORM.reference, evaluated)
+    table = np.array([[1.0, 3.0], [5.0, 7.0]])
+    want = (table - [0.3, 0.5]) / np.sqrt(1.7 + 1e-5)
+    np.testing.assert_allclose(out["output of the evaluation call"], want, rtol=1e-6)
 
 
 def test_the_converted_momentum_reproduces_the_keras_moving_average():

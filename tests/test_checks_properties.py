@@ -92,7 +92,7 @@ def _pool_upside_down(h, mask):
 
 def _backward_with_terms(mean_term=1.0, spread_term=1.0, affine="right"):
     """The closed form with each of grad_x's terms through μ and σ taken `…_term` times, and
-    grad_weight right or replaced by grad_bias's formula."""
+    grad_weight right, replaced by grad_bias's formula or grad_out divided by x̂ summed."""
 
     def backward(grad_out, x, normalized_shape, weight=None, eps=1e-5):
         dims = trailing_dims(normalized_shape)
@@ -105,8 +105,8 @@ def _backward_with_terms(mean_term=1.0, spread_term=1.0, affine="right"):
         if weight is None:
             return grad_x, None, None
         lead = tuple(range(x.dim() - len(dims)))
-        grad_weight = (grad_out * (x_hat if affine == "right" else 1)).sum(lead)
-        return grad_x, grad_weight, grad_out.sum(lead)
+        summed = {"right": grad_out * x_hat, "bias's": grad_out, "divided": grad_out / x_hat}
+        return grad_x, summed[affine].sum(lead), grad_out.sum(lead)
 
     return backward
 
@@ -134,6 +134,11 @@ UNSEEN = [
         "layer_norm_backward",
         _backward_with_terms(affine="bias's"),
         "`grad_weight` is Σ grad_out, where Σ grad_out·x̂ belongs",
+    ),
+    (
+        "layer_norm_backward",
+        _backward_with_terms(affine="divided"),
+        "than any Σ grad_out·x̂ can be",
     ),
     ("layer_norm", _weight_alone, "has the shape of `weight` alone"),
     ("layer_norm", _root_of_var_minus_eps, "NaN or infinite in every position"),

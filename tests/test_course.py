@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import html
 import os
 import re
 import subprocess
@@ -16,10 +17,14 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook, MissingEntry
 
+from grader.autograde import autograde as grade_class
+from grader.checks import EXERCISES
+from grader.checks.core import Verdict
+from grader.class_report import write_reports
 from grader.cli import main
 from grader.config import assignments
-from grader.course import Course, Layout, fetched_feedback, notebook_path
-from grader.demo import PROFILES, expected_scores
+from grader.course import Course, Layout, Results, fetched_feedback, notebook_path
+from grader.demo import PROFILES, expected_scores, write_class
 from grader.lms import points_header
 from grader.report import write_feedback
 from grader.sandbox import available
@@ -27,13 +32,16 @@ from grader.sandbox import available
 FIRST, SECOND = assignments()[:2]
 COURSE_ID = "normalization-course"
 BIN = Path(sys.executable).parent
+CACHE = ".nbgrader-cache"  # in a student's folder: nbgrader's record of their submissions
 
 
 def nbgrader(*argv: str, cwd: Path, exchange: Path, user: str = "") -> str:
     """One nbgrader command as typed in `cwd` (a student's when `user` is given); its log."""
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    # As the student `user` would (nbgrader's exchange otherwise names them by their login)
-    student = ["--course", COURSE_ID, f"--student={user}"] if user else []
+    # As the student `user` would: named (nbgrader's exchange otherwise takes their login), with
+    # their own record of what they submitted (otherwise in the login's home, shared by all)
+    student = ["--course", COURSE_ID, f"--student={user}", f"--Exchange.cache={cwd / CACHE}"]
+    student = student if user else []
     done = subprocess.run(
         [str(BIN / "nbgrader"), *argv, *student, f"--Exchange.root={exchange}"],
         cwd=cwd,
@@ -64,14 +72,15 @@ def tree(folder: Path) -> dict[str, str]:
     }
 
 
+def grader(*argv: str) -> subprocess.CompletedProcess:
+    """One `grader` command, as typed in a terminal (its progress lines on stderr)."""
+    command = [sys.executable, "-m", "grader", *argv]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+
+
 def autograde(course: Path, *options: str) -> tuple[int, str]:
-    argv = ["autograde", "--course", str(course), "--jobs", "2", "--seed", "1", *options]
-    done = subprocess.run(
-        [sys.executable, "-m", "grader", *argv, "--unsafe-no-sandbox"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    argv = ["--course", str(course), "--jobs", "2", "--seed", "1", *options]
+    done = grader("autograde", *argv, "--unsafe-no-sandbox")
     return done.returncode, done.stdout + done.stderr
 
 
@@ -149,13 +158,15 @@ def pages(course: Path) -> dict[Path, int]:
 
 
 def test_grader_feedback_gives_nbgraders_scores_and_renders_only_what_changed(cycle):
-    """After nbgrader's own generate_feedback (the test above): the same scores on every page;
-    a second run writes nothing; a TA's grade re-renders that student's page alone."""
+    """After nbgrader's own generate_feedback (the test above), `grader feedback`: the same
+    scores on every page, with a progress line; a second run writes nothing; a TA's grade
+    re-renders that student's page alone."""
     _, _, course, *_ = cycle
     nbgraders = {page: score_lines(page) for page in pages(course)}
     assert len(nbgraders) == 2  # ada's and ben's first assignment: nothing else was graded
-    problems = write_feedback(Course(course), ["ada", "ben"], jobs=2)[1]
-    assert problems == []
+    done = grader("feedback", "--course", str(course), "--jobs", "2")
+    assert done.returncode == 0, done.stderr
+    assert "feedback 2/2 pages" in done.stderr
     assert {page: score_lines(page) for page in pages(course)} == nbgraders
     written = pages(course)
     assert write_feedback(Course(course), ["ada", "ben"], jobs=2)[1] == []
@@ -207,6 +218,9 @@ def test_the_lms_export_lists_the_whole_roster_with_each_assignments_points(cycl
     assert rows["zed"]["last_name"] == "Zed"
     assert rows["zed"][column] == "0"
     assert float(rows["ada"][column]) == score(course, "ada", FIRST) > 0
+    # `grader export` is that export
+    assert main(["export", "--course", str(course), "--csv", str(course / "grader.csv")]) == 0
+    assert (course / "grader.csv").read_text() == (course / "lms.csv").read_text()
 
 
 @pytest.mark.skipif(not available(), reason="bubblewrap is not installed: nothing to grade in")
@@ -226,3 +240,26 @@ def test_nbgraders_autograde_grades_the_notebook_handed_in_now(cycle):
     nbformat.write(PROFILES["ada"].build(FIRST), new)
     nbgrader("autograde", FIRST, "--student=cat", cwd=course, exchange=exchange)
     assert Course(course).cell_scores("cat", FIRST) == recorded
+
+
+def test_the_class_report_counts_the_diagnoses_recorded_not_the_feedbacks_wording(
+    tmp_path, monkeypatch
+):
+    """Two students, each with a classic mistake in one exercise, graded with the feedback's
+    wording changed (its arrow before a diagnosis renamed): the report still counts each."""
+    render = Verdict.render
+    monkeypatch.setattr(Verdict, "render", lambda verdict: render(verdict).replace("→", "=>"))
+    mistaken = {"ivy": "unbiased variance", "jon": "eps outside the square root"}
+    submissions = write_class(tmp_path / "class", {s: PROFILES[s] for s in mistaken})
+    course = Course(tmp_path / "course")
+    grade_class(submissions, course, jobs=1, progress=False, notebooks=[FIRST])
+    exercise = "layer_norm"  # where both profiles make their mistake (grader.demo)
+    for student, mistake in mistaken.items():
+        result = Results.load(course.results_file(student, FIRST)).by_name()[exercise]
+        assert "=>" in result.feedback and "→" not in result.feedback
+        assert [d.name for d in result.diagnoses] == [mistake]
+
+    (page,) = write_reports(course, sorted(mistaken), tmp_path / "reports")
+    messages = {m.name: m.message for m in EXERCISES[exercise].mistakes}
+    for mistake in mistaken.values():
+        assert f"<li>1 × {html.escape(messages[mistake])}</li>" in page.read_text()

@@ -2,24 +2,32 @@
 (`group_norm` and `rms_norm`, the notebook's other norms, have their own modules).
 
 The stateful exercises are judged on whole scenarios, not single calls: `batch_norm` runs
-several training steps on distinct batches and then one evaluation call, and every output and
+several training steps on distinct batches and then one evaluation call, and the outputs and
 the running statistics after every call are compared with `F.batch_norm` (what `nn.BatchNorm1d`
-calls). Effect sizes the hidden inputs rely on, far above the 1e-5 tolerance for any seed:
+calls). A scenario is judged in parts, each a check with its own points (`inputs.judging`): the
+training outputs (the normalization), the running statistics (the moving average) and the
+evaluation, which starts from running statistics the case gives, not from the ones the
+student's training left. A slip in the running average then costs the running statistics'
+points and not the outputs' (tests/test_checks.py pins each slip to its part). Effect sizes the
+hidden inputs rely on, far above the 1e-5 tolerance for any seed:
 
 - 4 values per channel: normalizing with the unbiased variance scales outputs by √(3/4) (13 %);
   storing the biased variance moves `running_var` by m·σ²/3 (≈ 0.03 at m = 0.1);
-- the swapped momentum convention gives the new batch weight 1 − m instead of m;
+- the swapped momentum convention gives the new batch weight 1 − m instead of m (the same at
+  m = 0.5: the square batch's check cannot tell them apart);
 - a square (N = C) batch or an (N, L, C)-confusable (N, C, L = C) batch lets the wrong-axis slips
   run silently, so they are named rather than crash.
 
-Rubric of `batch_norm` (10; points follow how central a property is): the channel axis, over N
-and L, 5 (three steps on (N, C, L) batches 2, an (N, C, L = C) batch 2, running statistics that
-start elsewhere 1.5 — less the seed's table); which variance normalizes and which is stored 2.5
-(4 values per channel, a square batch); evaluation from the running statistics 1; the seed's
-table 1. A slip in a right structure costs only its own checks, because the checks of the
-structure use ≥ 4096 values per channel, where the n−1 slip is inside their tolerance (`WIDE`):
-either variance slip keeps 6.5. Statistics over other sets than each channel's are a wrong
-structure, capped at 2 (channels taken as the last dim 2, statistics per sample 0).
+Rubric of `batch_norm` (10; points follow how central a property is): the training outputs 4.75
+(the channel axis, over N and L, on (N, C, L) batches 3; the table of section 1 and the few
+values that tell the biased variance 1.75), the running statistics 3.25 (which variance is
+stored and the momentum's weight 1.75 on few values, the moving average on large batches 1.5),
+the evaluation 2 (normalized with the running statistics, which it leaves alone). A slip in a
+right structure costs only its own checks, because the checks of the structure use ≥ 4096
+values per channel, where the n−1 slip is inside their tolerance (`WIDE`): either variance slip
+keeps 8.25, a swapped momentum or running statistics never updated about 7, batch statistics in
+evaluation 8. Statistics over other sets than each channel's are a wrong structure, capped at 2
+(its evaluation, right, is all it keeps).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, Structure, also_visible
+from grader.checks.inputs import judging
 from grader.checks.library import NORMALIZATIONS, forbid
 from grader.sandboxed.probes import (
     probe_batch_norm,
@@ -84,7 +93,7 @@ def _batch_norm_variant(
         var = (unbiased if norm_correction else biased).reshape(shape)
     else:
         mu, var = running_mean.reshape(channel), running_var.reshape(channel)
-    if (training and update) or update_in_eval or batch_stats_in_eval:
+    if (training and update) or update_in_eval:
         new = 1 - momentum if swapped_momentum else momentum
         stored = unbiased if store_correction else biased
         with torch.no_grad():
@@ -131,8 +140,8 @@ BATCH_NORM_MISTAKES = (
     ),
     Mistake(
         "batch statistics in eval",
-        "With `training=False` you still use (and track) the batch statistics; evaluation "
-        "normalizes with `running_mean` and `running_var` and leaves them unchanged.",
+        "With `training=False` you still normalize with the batch statistics; evaluation "
+        "normalizes with `running_mean` and `running_var` (and leaves them unchanged).",
         partial(_batch_norm_variant, batch_stats_in_eval=True),
     ),
     Mistake(
@@ -196,6 +205,35 @@ def _bn_steps(rng, shape, steps=3, eval_n=None, **kwargs) -> Arrays:
     return _bn_case(rng, batches, x_eval, **kwargs)
 
 
+def _scenario(
+    description: str,
+    case,
+    training: float,
+    running: float,
+    visible: tuple[float, float] = (0, 0),
+    **options,
+) -> tuple[Check, ...]:
+    """A training scenario judged as two checks: its outputs (the normalization) and its
+    running statistics (the moving average), each with its own points; hidden ones take a
+    visible twin where `visible` gives it a share (`also_visible`)."""
+    checks = []
+    for part, words, points, shown in (
+        ("training outputs", "outputs", training, visible[0]),
+        ("running statistics", "running statistics", running, visible[1]),
+    ):
+        check = Check(f"{description}: {words}", judging(part, case), points, **options)
+        checks += also_visible(check, shown) if shown else (check,)
+    return tuple(checks)
+
+
+def _table_evaluated(rng) -> Arrays:
+    """Evaluation on the table with the running statistics one training step left (section 2)."""
+    case = _bn_case(rng, [], SEED_TABLE)
+    case["running_mean"] = np.array([0.3, 0.5], np.float32)
+    case["running_var"] = np.array([1.7, 1.7], np.float32)
+    return case
+
+
 BATCH_NORM = Exercise(
     name="batch_norm",
     reference=F.batch_norm,
@@ -206,60 +244,80 @@ BATCH_NORM = Exercise(
     structure=Structure("statistics per channel, dim 1, over every other dim", cap=2),
     forms=(("x", "2-d"), ("x", "3-d")),
     checks=(
-        Check(
-            "the table of section 1, (1, 3) and (5, 7): one training step, then eval on it",
+        *_scenario(
+            "the table of section 1, (1, 3) and (5, 7), one training step",
             lambda rng: _bn_case(rng, [SEED_TABLE], SEED_TABLE),
-            points=1,
+            training=0.5,
+            running=0.5,
         ),
         Check(
-            "three training steps on distinct (16, 4, 256) batches with weight and bias, then eval",
-            lambda rng: _bn_steps(rng, (16, 4, 256), affine=True),
-            points=2,
-            **WIDE,
-        ),
-        *also_visible(
-            Check(
-                "(N, C, L) input with L = C: statistics per channel over N and L, three steps, "
-                "then eval",
-                lambda rng: _bn_steps(rng, (1024, 4, 4)),
-                points=2,
-                hidden=True,
-                **WIDE,
-            ),
-            points=1,
-        ),
-        *also_visible(
-            Check(
-                "batches of 4 values per channel, momentum 0.3 (which variance goes where?)",
-                lambda rng: _bn_steps(rng, (4, 5), steps=4, affine=True, momentum=0.3),
-                points=2,
-                hidden=True,
-                # four steps of float32 running statistics: a correct answer's rounding reaches
-                # 7e-6 on some CPUs; storing the wrong variance moves them by a third
-                rtol=1e-4,
-                atol=1e-4,
-            ),
+            "the table evaluated with the running statistics that step leaves",
+            judging("evaluation", _table_evaluated),
             points=0.5,
         ),
-        Check(
-            "running statistics that start elsewhere than 0 and 1, eval on another batch",
-            lambda rng: _bn_steps(rng, (64, 3, 64), steps=2, eval_n=5, random_start=True),
-            points=1.5,
+        *_scenario(
+            "three training steps on distinct (16, 4, 256) batches with weight and bias",
+            lambda rng: _bn_steps(rng, (16, 4, 256), affine=True),
+            training=1.5,
+            running=0.5,
+            **WIDE,
+        ),
+        *_scenario(
+            "(N, C, L) input with L = C: statistics per channel over N and L, three steps",
+            lambda rng: _bn_steps(rng, (1024, 4, 4)),
+            training=1.5,
+            running=0.5,
+            visible=(0.5, 0),
             hidden=True,
             **WIDE,
         ),
+        *_scenario(
+            "batches of 4 values per channel, momentum 0.3 (which variance goes where?)",
+            lambda rng: _bn_steps(rng, (4, 5), steps=4, affine=True, momentum=0.3),
+            training=1,
+            running=1,
+            visible=(0.25, 0.25),
+            hidden=True,
+            # four steps of float32 running statistics: a correct answer's rounding reaches
+            # 7e-6 on some CPUs; storing the wrong variance moves them by a third
+            rtol=1e-4,
+            atol=1e-4,
+        ),
         Check(
+            "running statistics that start elsewhere than 0 and 1, two steps",
+            judging(
+                "running statistics",
+                lambda rng: _bn_steps(rng, (64, 3, 64), steps=2, random_start=True),
+            ),
+            points=0.5,
+            hidden=True,
+            **WIDE,
+        ),
+        *_scenario(
             "a square (5, 5) batch, momentum 0.5 and eps 1e-3",
             lambda rng: _bn_steps(rng, (5, 5), affine=True, momentum=0.5, eps=1e-3),
-            points=0.5,
+            training=0.25,
+            running=0.25,
+            hidden=True,
+        ),
+        Check(
+            "evaluation on another batch with running statistics elsewhere than 0 and 1: "
+            "normalized with them, which it leaves unchanged",
+            judging(
+                "evaluation",
+                lambda rng: _bn_steps(rng, (64, 3, 64), steps=0, eval_n=5, random_start=True),
+            ),
+            points=0.75,
             hidden=True,
         ),
         Check(
             "evaluation on a single sample uses the running statistics",
-            lambda rng: _bn_steps(rng, (4096, 4), steps=2, eval_n=1),
-            points=1,
+            judging(
+                "evaluation",
+                lambda rng: _bn_steps(rng, (4096, 4), steps=0, eval_n=1, random_start=True),
+            ),
+            points=0.75,
             hidden=True,
-            **WIDE,
         ),
     ),
 )

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
+
+Case = Callable[[np.random.Generator], dict[str, np.ndarray]]
 
 
 def randn(rng: np.random.Generator, *shape: int, dtype=np.float32) -> np.ndarray:
@@ -25,3 +29,9 @@ def with_spread(
     centred = runs - runs.mean(1, keepdims=True)
     scale = rng.uniform(low, high, (len(runs), 1)) / centred.std(1, keepdims=True)
     return (runs.mean(1, keepdims=True) + centred * scale).reshape(x.shape).astype(x.dtype)
+
+
+def judging(part: str, case: Case) -> Case:
+    """`case`, of which the probe keeps only `part` (its outputs, its running statistics, its
+    evaluation: `grader.sandboxed.probes.judged`), so that part earns its own points."""
+    return lambda rng: case(rng) | {"judged": np.array(part)}

@@ -37,9 +37,13 @@ from grader.reference.blocks import PostLNBlock, PreLNBlock
 from grader.sandboxed import probes
 from grader.sandboxed.probes import probe_block, probe_stack
 from norm_utils.blocks import Encoder
-from normcheck.structure import ENCODER_PROPERTIES, POST_LN_PROPERTIES, PRE_LN_PROPERTIES
+from normcheck.structure import (
+    ENCODER_PROPERTIES,
+    POST_LN_PROPERTIES,
+    PRE_LN_PROPERTIES,
+    SWITCH_OFF,
+)
 
-SWITCH_OFF = ("self_attn.out_proj.weight", "linear2.weight")  # zeroed: F₁ ≡ b₁, F₂ ≡ b₂
 _TOL = {"rtol": 1e-7, "atol": 1e-9}  # float64 throughout; every mistake moves outputs by ~1
 
 # ---------------------------------------------------------------------------------------------

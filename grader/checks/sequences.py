@@ -13,7 +13,11 @@ columns) and 1.5 to each edge (long and single-token rows, empty rows, refused l
 inverted mask keeps 1, an off-by-one 1.5. `masked_batch_norm` (8) and `masked_mean_pool` (5)
 give most points to statistics over the real tokens only: padding in the statistics is a wrong
 structure, capped at 1.5 of 8 and 1 of 5; NaN padding through `x * mask` costs only its own
-checks (0.5 of 8, 0.5 of 5).
+checks (0.5 of 8, 0.5 of 5). As in `batch_norm` (batch_norm.py), a scenario of
+`masked_batch_norm` is judged in parts with their own points (`inputs.judging`): the outputs
+4.75, the running statistics 1.75, the evaluation 1 (and the refused empty batch 0.5), so a
+slip in the running average (biased, over the padding, a padded count, not in place) keeps 6.25
+and batch statistics in evaluation 7; the padding and NaN checks judge the outputs alone.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import numpy as np
 import torch
 
 from grader.checks.core import Arrays, Check, Exercise, Mistake, Structure, also_visible
+from grader.checks.inputs import judging
 from grader.checks.library import MASKED_MEAN, NORMALIZATIONS, SEQUENCE_MASKS, forbid
 from grader.reference import masking as ref
 from grader.sandboxed.probes import probe_mask, probe_masked_bn, probe_pool
@@ -316,9 +321,11 @@ def _extreme_batch(rng) -> Arrays:
 
 def _running_scenario(rng) -> Arrays:
     steps = [rng.integers(1, 9, 4) for _ in range(4)]
-    return _bn_scenario(
-        rng, steps, 10, training=[True, True, True, False], affine=True, momentum=0.3, eps=0.1
-    )
+    return _bn_scenario(rng, steps, 10, affine=True, momentum=0.3, eps=0.1)
+
+
+# The visible scenario's lengths: every step a different mask, some padding in each
+THREE_STEPS = [[5, 2], [3, 6], [1, 4]]
 
 
 def _eval_composition(rng) -> Arrays:
@@ -342,19 +349,20 @@ MASKED_BATCH_NORM = Exercise(
             "instead of returning NaN or updating the running statistics with it.",
             partial(_masked_bn_variant, check_empty=False),
         ),
+        # before the structural one, whose running statistics are the same: a check of the
+        # running statistics alone says this, not that the whole structure is wrong
+        Mistake(
+            "padding included in the running statistics",
+            "Your running_mean and running_var are updated from every position, padding "
+            "included; evaluation then uses polluted statistics.",
+            partial(_masked_bn_variant, pad_in_running=True),
+        ),
         Mistake(
             "padding included in the statistics",
             "Your statistics include the padded positions: the mean and variance must run over "
             "the real tokens only (x[mask]); the padding drags them toward its own value.",
             partial(_masked_bn_variant, pad_in_stats=True),
             structural=True,
-        ),
-        Mistake(
-            "padding included in the running statistics",
-            "You normalize with statistics over the real tokens, but update running_mean and "
-            "running_var from every position, padding included; evaluation then uses polluted "
-            "statistics.",
-            partial(_masked_bn_variant, pad_in_running=True),
         ),
         Mistake(
             "padded count in the unbiased correction",
@@ -395,41 +403,63 @@ MASKED_BATCH_NORM = Exercise(
             points=1,
         ),
         Check(
-            "three training steps then evaluation: outputs and running statistics",
-            lambda rng: _bn_scenario(
-                rng, [[5, 2], [3, 6], [1, 4], [6, 3]], 6, dim=3, training=[True, True, True, False]
-            ),
-            points=1,
+            "three training steps: outputs",
+            judging("outputs", lambda rng: _bn_scenario(rng, THREE_STEPS, 6, dim=3)),
+            points=0.5,
+        ),
+        Check(
+            "three training steps: running statistics",
+            judging("running statistics", lambda rng: _bn_scenario(rng, THREE_STEPS, 6, dim=3)),
+            points=0.5,
         ),
         Check(
             "invariant to appended padding (4× the longest sequence, any padding values)",
-            _appended_padding,
-            points=1,
+            judging("outputs", _appended_padding),
+            points=0.75,
+            hidden=True,
+        ),
+        Check(
+            "one training step from running statistics elsewhere than 0 and 1, padding appended: "
+            "running statistics",
+            judging("running statistics", _appended_padding),
+            points=0.25,
             hidden=True,
         ),
         Check(
             "very different lengths, single-token sequences and an all-padding row",
-            _extreme_batch,
+            judging("outputs", _extreme_batch),
             points=1,
             hidden=True,
         ),
         Check(
-            "running statistics over real tokens only, across batches with different masks, "
-            "momentum 0.3 and eps 0.1",
-            _running_scenario,
-            points=1.5,
+            "batches with different masks, momentum 0.3 and eps 0.1: outputs",
+            judging("outputs", _running_scenario),
+            points=0.5,
             hidden=True,
         ),
         Check(
-            "evaluation: a token's output does not depend on the rest of the batch",
-            _eval_composition,
+            "running statistics over real tokens only, across batches with different masks, "
+            "momentum 0.3",
+            judging("running statistics", _running_scenario),
             points=1,
             hidden=True,
         ),
         *also_visible(
             Check(
-                "NaN padding never reaches the statistics",
-                lambda rng: _bn_scenario(rng, [rng.integers(1, 7, 3)], 8, pad="nan"),
+                "evaluation: a token's output does not depend on the rest of the batch, and the "
+                "running statistics are left unchanged",
+                judging("evaluation", _eval_composition),
+                points=1,
+                hidden=True,
+            ),
+            points=0.25,
+        ),
+        *also_visible(
+            Check(
+                "NaN padding never reaches the output",
+                judging(
+                    "outputs", lambda rng: _bn_scenario(rng, [rng.integers(1, 7, 3)], 8, pad="nan")
+                ),
                 points=0.5,
                 hidden=True,
             ),
@@ -437,8 +467,11 @@ MASKED_BATCH_NORM = Exercise(
         ),
         Check(
             "the output is 0 at padded positions",
-            lambda rng: _bn_scenario(
-                rng, [rng.integers(1, 7, 3)], 8, pad="garbage", affine=True, grade_padding=True
+            judging(
+                "outputs",
+                lambda rng: _bn_scenario(
+                    rng, [rng.integers(1, 7, 3)], 8, pad="garbage", affine=True, grade_padding=True
+                ),
             ),
             points=0.5,
             hidden=True,

@@ -75,9 +75,31 @@ def snapshot(value) -> np.ndarray:
     return np.array(to_array(value), copy=True)
 
 
+def judged(out: Arrays, a: Arrays, parts: dict[str, tuple[str, ...]]) -> Arrays:
+    """The outputs of the one part of a scenario that a case judges (`a["judged"]`, a key of
+    `parts`, each the prefixes of its outputs' names); all of them when the case names none. A
+    scenario's parts (its outputs, the running statistics) are then judged, and earn their
+    points, apart: one slip in the running average does not cost the outputs' points."""
+    if "judged" not in a:
+        return out
+    prefixes = parts[str(a["judged"])]
+    return {k: v for k, v in out.items() if k.startswith(prefixes)}
+
+
+BATCH_NORM_PARTS = {
+    "training outputs": ("output of training step",),
+    "running statistics": ("running_mean after training step", "running_var after training step"),
+    "evaluation": (
+        "output of the evaluation call",
+        "running_mean after the evaluation call",
+        "running_var after the evaluation call",
+    ),
+}
+
+
 def probe_batch_norm(batch_norm, a: Arrays) -> Arrays:
     """Training steps on a["training batch 1"], a["training batch 2"], ... then one evaluation
-    call on a["evaluation batch"]."""
+    call on a["evaluation batch"] (each optional), keeping the part `a["judged"]` names."""
     running_mean, running_var, weight, bias = tensors(
         a, "running_mean", "running_var", "weight", "bias"
     )
@@ -90,12 +112,13 @@ def probe_batch_norm(batch_norm, a: Arrays) -> Arrays:
         out[f"output of training step {i + 1}"] = snapshot(y)
         out[f"running_mean after training step {i + 1}"] = snapshot(running_mean)
         out[f"running_var after training step {i + 1}"] = snapshot(running_var)
-    (x,) = tensors(a, "evaluation batch")
-    y = batch_norm(x, running_mean, running_var, weight, bias, training=False, **options)
-    out["output of the evaluation call"] = snapshot(y)
-    out["running_mean after the evaluation call"] = snapshot(running_mean)
-    out["running_var after the evaluation call"] = snapshot(running_var)
-    return out
+    if "evaluation batch" in a:
+        (x,) = tensors(a, "evaluation batch")
+        y = batch_norm(x, running_mean, running_var, weight, bias, training=False, **options)
+        out["output of the evaluation call"] = snapshot(y)
+        out["running_mean after the evaluation call"] = snapshot(running_mean)
+        out["running_var after the evaluation call"] = snapshot(running_var)
+    return judged(out, a, BATCH_NORM_PARTS)
 
 
 def probe_torch_momentum(torch_momentum, a: Arrays) -> Arrays:
@@ -170,6 +193,14 @@ def probe_mask(lengths_to_mask, a: Arrays) -> Arrays:
     return {"mask": torch.as_tensor(np.asarray(mask)) != 0, "bool dtype": np.array(is_bool)}
 
 
+# An evaluation scenario judges everything: its outputs, and running statistics left as they were
+MASKED_BATCH_NORM_PARTS = {
+    "outputs": ("output at",),
+    "running statistics": ("running_",),
+    "evaluation": ("output at", "running_"),
+}
+
+
 def probe_masked_bn(masked_batch_norm, a: Arrays) -> Arrays:
     """Run the scenario: one call per step (training or eval), sharing the running statistics."""
     running_mean, running_var, weight, bias = tensors(
@@ -197,7 +228,7 @@ def probe_masked_bn(masked_batch_norm, a: Arrays) -> Arrays:
         out |= {"running_mean": running_mean, "running_var": running_var}
     if "grade_padding" in a:
         out["output at padding"] = torch.cat(padding)
-    return out
+    return judged(out, a, MASKED_BATCH_NORM_PARTS)
 
 
 def probe_pool(masked_mean_pool, a: Arrays) -> Arrays:
