@@ -53,6 +53,7 @@ from grader.course import (
 from grader.discovery import student_folders
 from grader.notebook import Submission, read_notebook
 from grader.notebook import fingerprint as notebook_fingerprint
+from grader.prestarted import prestarted
 from grader.sandbox import Sandbox, SandboxUnavailable
 from grader.submission import (
     DEFAULT_LIMITS,
@@ -348,7 +349,8 @@ def autograde(
                 else:
                     todo.append(task)
             run = _Run(course, course.api(), jobs, seed, limits, sandbox)
-            outcomes += run.grade_and_record(todo, Progress(todo) if progress else None)
+            with prestarted(sandbox, course.scratch):
+                outcomes += run.grade_and_record(todo, Progress(todo) if progress else None)
             _stop_point()
             return sorted(outcomes, key=lambda o: (o.task.student, o.task.assignment))
         finally:
