@@ -23,6 +23,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from nbgrader.api import Gradebook
 from nbgrader.utils import is_solution
 
 from grader.autograde import GradebookLost, autograde, prepare
@@ -191,6 +192,23 @@ def test_a_prestarted_runner_that_died_is_started_again(clean, tmp_path):
         assert grade_submissions(read, SEED, LIMITS, sandbox) == first
         assert len(pool.started) == 2
     assert all(r.score == r.max_score for notebook in first for r in notebook)
+
+
+def test_a_batch_is_recorded_in_one_gradebook_session(course_copy, monkeypatch):
+    """nbgrader's recording opens the gradebook nine times a notebook (twice for its own default
+    course): once a batch here."""
+    course, submissions = course_copy
+    opened = []
+    original = Gradebook.__init__
+
+    def counted(self, *args, **kwargs):
+        opened.append(args)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Gradebook, "__init__", counted)
+    outcomes = newcomer_outcomes(run_autograde(course, submissions, Sandbox()))
+    assert [o.problem for o in outcomes if o.problem] == [] and len(outcomes) == 4
+    assert len(opened) == len(set(opened))  # each (database, course) once, not per notebook
 
 
 def newcomer_outcomes(outcomes):
