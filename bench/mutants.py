@@ -15,6 +15,10 @@ inputs under six other seeds, and on the same inputs with their values redrawn f
 
 Specific = named + explained + raised.
 
+Then the holdout: the wrong answers written by hand as students write them (tests/wrong_answers,
+one file each, none made from the known mistakes or the mutants), graded and counted the same
+way.
+
     .venv/bin/python bench/mutants.py [--seed 0]
 """
 
@@ -29,26 +33,35 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import markdown_table, print_header, progress
 
 from grader.checks import EXERCISES
-from grader.checks.mutation import OUTCOMES, judge_mutant, mutants
-from grader.config import assignments
-from grader.notebook import answer_source, exercises_of, setup_code, source_notebook
+from grader.checks.mutation import (
+    OUTCOMES,
+    judge_mutant,
+    judge_written,
+    mutants,
+    outcome,
+    solution_cells,
+    written_answers,
+)
 from grader.sandboxed.probe import load_answer
 
-
-def solution_cells() -> list[tuple[str, str, str]]:
-    """(exercise, notebook setup code, solution cell source) for every graded exercise."""
-    cells = []
-    for assignment in assignments():
-        notebook = source_notebook(assignment)
-        setup = setup_code(notebook)
-        cells += [(name, setup, answer_source(notebook, name)) for name in exercises_of(notebook)]
-    return cells
+WRONG_ANSWERS = Path(__file__).resolve().parents[1] / "tests" / "wrong_answers"
 
 
 def tally(name: str, setup: str, source: str, seed: int) -> Counter:
     exercise = EXERCISES[name]
     answer = load_answer(setup, source, name)
     return Counter(judge_mutant(exercise, setup, answer, m, seed) for m in mutants(source))
+
+
+def tally_written(seed: int) -> dict[str, Counter]:
+    """Per exercise, the outcomes of the hand-written wrong answers."""
+    setups = {name: setup for name, setup, _ in solution_cells()}
+    counts: dict[str, Counter] = {}
+    for answer in written_answers(WRONG_ANSWERS):
+        verdict = judge_written(answer, setups, seed)
+        found = verdict if isinstance(verdict, str) else outcome(verdict)
+        counts.setdefault(answer.exercise, Counter())[found] += 1
+    return counts
 
 
 def _share(part: int, whole: int) -> str:
@@ -75,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print_header("Mutation score: one-place mutants of each solution, graded")
     rows, total = [], Counter()
-    for name, setup, source in solution_cells():
+    cells = solution_cells()
+    for name, setup, source in cells:
         progress(f"{name} ...")
         counts = tally(name, setup, source, args.seed)
         total += counts
@@ -88,6 +102,13 @@ def main(argv: list[str] | None = None) -> int:
         "\nwrong = mutants − equivalent; lose points = share of wrong ones below full marks; "
         "specific = share named, explained by a property, or shown their own exception."
     )
+    progress("hand-written wrong answers ...")
+    written = tally_written(args.seed)
+    rows = [row(name, written[name]) for name, _, _ in cells if name in written]
+    rows.append(row("all", sum(written.values(), Counter())))
+    print(f"\nHand-written wrong answers ({WRONG_ANSWERS.parent.name}/{WRONG_ANSWERS.name}):\n")
+    header[1] = "answers"
+    print(markdown_table(header, rows))
     return 0
 
 

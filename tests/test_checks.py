@@ -15,7 +15,9 @@ from conftest import SEEDS, answer_from
 
 from grader.checks import EXERCISES, CheckFailed, check, grade, rubric, run
 from grader.checks import batch_norm as batch_norm_checks
+from grader.checks import group_norm as group_norm_checks
 from grader.checks import layer_norm as layer_norm_checks
+from grader.checks import rms_norm as rms_norm_checks
 from grader.checks.core import (
     StudentError,
     expected_outputs,
@@ -113,7 +115,8 @@ def test_the_checks_pass_every_argument_and_every_promised_form(solutions, name)
 
 
 # (exercise, a wrong structure, a slip in an otherwise right answer): the rubric documented in
-# each check module charges the structure at least as much as the slip.
+# each check module charges the structure more than the slip, and a wrong structure keeps no
+# more than its exercise's cap (docs/rubric.md), whatever checks it happens to pass.
 STRUCTURE_AND_SLIP = [
     ("layer_norm", "last dim only", "unbiased variance"),
     ("layer_norm", "statistics over the batch", "unbiased variance"),
@@ -126,6 +129,8 @@ STRUCTURE_AND_SLIP = [
     ("lengths_to_mask", "True marks padding", "off by one"),
     ("masked_batch_norm", "padding included in the statistics", "biased running variance"),
     ("masked_mean_pool", "padding included in the mean", "masking by multiplication"),
+    ("PostLNBlock", "Pre-LN instead of Post-LN", "GELU instead of ReLU"),
+    ("PreLNBlock", "a norm missing", "GELU instead of ReLU"),
 ]
 
 
@@ -133,12 +138,13 @@ STRUCTURE_AND_SLIP = [
 def test_a_wrong_structure_earns_less_than_a_slip_and_little(name, structure, slip):
     exercise = EXERCISES[name]
     mistakes = {m.name: m.impl for m in exercise.mistakes}
+    little = exercise.structure.cap if exercise.structure else 0.3 * exercise.points
     for seed in SEEDS:
         wrong, slipped = (
             run(exercise, mistakes[m], hidden=True, seed=seed, source="").score
             for m in (structure, slip)
         )
-        assert wrong < slipped and wrong <= 0.6 * exercise.points, (wrong, slipped)
+        assert wrong < slipped and wrong <= little, (wrong, slipped)
 
 
 def test_partial_credit_right_statistics_wrong_affine_keeps_most_points():
@@ -287,7 +293,7 @@ def _layer_norm_uncentered(x, normalized_shape, weight=None, bias=None, eps=1e-5
 
 
 LN, BN = layer_norm_checks._layer_norm_variant, batch_norm_checks._batch_norm_variant
-GN, RMS = batch_norm_checks._group_norm_variant, batch_norm_checks._rms_norm_variant
+GN, RMS = group_norm_checks._group_norm_variant, rms_norm_checks._rms_norm_variant
 
 # Wrong answers no known mistake matches (two combined, or one the library does not know), and
 # the words their feedback must contain: where the output's statistics went wrong.

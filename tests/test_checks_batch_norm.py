@@ -1,4 +1,5 @@
-"""Notebook 02's checks (grader/checks/batch_norm.py) judged on known answers.
+"""Notebook 02's checks (grader/checks/batch_norm.py, group_norm.py, rms_norm.py) judged on
+known answers.
 
 The solution cells come from the solution notebook and are run as the autograder runs them:
 the imports cell, then that one answer cell, in a fresh namespace.
@@ -22,14 +23,16 @@ from grader.checks.batch_norm import (
     _bn_case,
 )
 from grader.checks.core import outputs_of, plan
+from grader.checks.group_norm import GROUP_NORM
+from grader.checks.rms_norm import RMS_NORM
 from grader.reference import functional as reference
 from grader.sandboxed.probes import probe_batch_norm, probe_torch_momentum
 
 ASSIGNMENT = "02_batch_norm"
-BY_NAME = {e.name: e for e in EXERCISES}
+BY_NAME = {e.name: e for e in (*EXERCISES, GROUP_NORM, RMS_NORM)}
 
 
-CASES = [(e, m) for e in EXERCISES for m in e.mistakes]
+CASES = [(e, m) for e in BY_NAME.values() for m in e.mistakes]
 
 
 def _largest_gap(exercise, impl, seed: int) -> float:

@@ -62,6 +62,27 @@ def test_the_right_placement_with_a_wrong_sublayer_keeps_the_structure_points():
     assert 0 < verdict.score < BY_NAME["PostLNBlock"].points
 
 
+@pytest.mark.parametrize("name", ["PostLNBlock", "PreLNBlock"])
+def test_a_block_that_mixes_samples_keeps_only_the_structures_cap(name):
+    """Attention over the batch instead of the sequence (batch_first left False) passes the
+    stand-in checks, whose sublayers keep samples apart; those points presuppose a block that
+    does too, so the block keeps the cap, less than a wrong activation keeps."""
+    source = SOLUTIONS[name][1]
+    mixing = source.replace("batch_first=True", "batch_first=False")
+    gelu = source.replace("F.relu(self.linear1(x))", "F.gelu(self.linear1(x))")
+    assert mixing != source != gelu
+    exercise = BY_NAME[name]
+    for seed in SEEDS:
+        mixed, slipped = (
+            run(exercise, answer_from(s, name), hidden=True, seed=seed, source=s)
+            for s in (mixing, gelu)
+        )
+        assert any(o.passed for o in mixed.outcomes), "the stand-in checks still pass"
+        assert mixed.score == exercise.structure.cap < slipped.score, mixed.render()
+        assert "samples are mixed across the batch" in mixed.render()
+        assert "not built as the exercise asks" in mixed.render()
+
+
 # ---------------------------------------------------------------------------------------------
 # The references: PyTorch's layers, the reference blocks, and what the inputs promise
 

@@ -18,6 +18,7 @@ from test_checks import _course_text
 from grader.checks import EXERCISES, run
 from grader.checks.batch_norm import _batch_norm_variant
 from grader.checks.core import Check, Exercise, expected_outputs, judge, plan
+from grader.checks.gradients import PATHS, layer_norm_paths
 from grader.checks.layer_norm import _backward_variant, _layer_norm_variant
 from grader.checks.sequences import _mask_variant, _masked_bn_variant
 from grader.reference.blocks import PostLNBlock, PreLNBlock
@@ -74,7 +75,66 @@ def _backward_gradients_of_a_missing_weight(grad_out, x, normalized_shape, weigh
     return _backward_variant(grad_out, x, normalized_shape, weight, eps)
 
 
+def _centered_over_the_last_dim(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    dims = trailing_dims(normalized_shape)
+    centred = x - x.mean(-1, keepdim=True)  # the mean over the last dim, the variance over all
+    y = centred / ((centred**2).mean(dims, keepdim=True) + eps).sqrt()
+    return y if weight is None else y * weight + bias
+
+
+def _about_the_last_dims_mean(x, dim=-1):
+    return ((x - x.mean(-1, keepdim=True)) ** 2).mean(dim)
+
+
+def _pool_upside_down(h, mask):
+    return mask.sum(1, keepdim=True) / torch.where(mask[..., None], h, 0.0).sum(1)
+
+
+def _backward_with_terms(mean_term=1.0, spread_term=1.0, affine="right"):
+    """The closed form with each of grad_x's terms through μ and σ taken `…_term` times, and
+    grad_weight right or replaced by grad_bias's formula."""
+
+    def backward(grad_out, x, normalized_shape, weight=None, eps=1e-5):
+        dims = trailing_dims(normalized_shape)
+        rstd = (x.var(dims, keepdim=True, correction=0) + eps).rsqrt()
+        x_hat = (x - x.mean(dims, keepdim=True)) * rstd
+        g = grad_out * weight if weight is not None else grad_out
+        through_mean = g.mean(dims, keepdim=True)
+        through_spread = x_hat * (g * x_hat).mean(dims, keepdim=True)
+        grad_x = rstd * (g - mean_term * through_mean - spread_term * through_spread)
+        if weight is None:
+            return grad_x, None, None
+        lead = tuple(range(x.dim() - len(dims)))
+        grad_weight = (grad_out * (x_hat if affine == "right" else 1)).sum(lead)
+        return grad_x, grad_weight, grad_out.sum(lead)
+
+    return backward
+
+
 UNSEEN = [
+    ("layer_norm", _centered_over_the_last_dim, "has mean 0 over the last dim only"),
+    ("stable_var", _about_the_last_dims_mean, "deviations from the mean along another dim"),
+    ("masked_mean_pool", _pool_upside_down, "1 / the correct value"),
+    (
+        "layer_norm_backward",
+        _backward_with_terms(mean_term=0),
+        "`grad_x` misses the term through the mean μ",
+    ),
+    (
+        "layer_norm_backward",
+        _backward_with_terms(spread_term=-1),
+        "takes the term through the spread σ -1 times, not once",
+    ),
+    (
+        "layer_norm_backward",
+        _backward_with_terms(mean_term=0, spread_term=2),
+        "misses the term through the mean μ; it takes the term through the spread σ 2 times",
+    ),
+    (
+        "layer_norm_backward",
+        _backward_with_terms(affine="bias's"),
+        "`grad_weight` is Σ grad_out, where Σ grad_out·x̂ belongs",
+    ),
     ("layer_norm", _weight_alone, "has the shape of `weight` alone"),
     ("layer_norm", _root_of_var_minus_eps, "NaN or infinite in every position"),
     ("stable_var", _var_last_dim, "is `x` reduced over dim 1, where dim 0 should be reduced"),
@@ -109,6 +169,31 @@ def test_an_unseen_wrong_answer_is_explained_by_a_property_of_its_output(name, a
         explained = [o for o in verdict.outcomes if words in o.problem and o.mistake is None]
         assert explained and all(o.finding for o in explained), verdict.render()
     _speaks_the_courses_words(name, verdict.render())
+
+
+@pytest.mark.parametrize("normalized", [(7,), (3, 5)])
+@pytest.mark.parametrize("weight", [True, False])
+def test_the_numerical_paths_of_layer_norms_gradient_sum_to_autograds(normalized, weight):
+    """The three paths measured by finite differences add up to the gradient autograd takes of
+    Σ grad_out·LN(x), and none of them is 0: each is a real term a grad_x can miss."""
+    rng = np.random.default_rng(3)
+    shape = (4, *normalized)
+    a = {
+        "x": rng.normal(2.0, 0.5, shape),
+        "grad_out": rng.standard_normal(shape),
+        "normalized_shape": np.array(normalized),
+        "eps": np.array(1e-3),
+    }
+    if weight:
+        a["weight"] = rng.normal(1.0, 0.5, normalized)
+    x = torch.from_numpy(a["x"]).requires_grad_(True)
+    w = torch.from_numpy(a["weight"]) if weight else None
+    y = torch.nn.functional.layer_norm(x, normalized, w, None, 1e-3)
+    (y * torch.from_numpy(a["grad_out"])).sum().backward()
+    paths = layer_norm_paths(a)
+    assert list(paths) == list(PATHS)
+    np.testing.assert_allclose(sum(paths.values()), x.grad.numpy(), rtol=1e-6, atol=1e-8)
+    assert all(np.abs(p).max() > 1e-3 for p in paths.values())
 
 
 def _speaks_the_courses_words(name: str, feedback: str) -> None:

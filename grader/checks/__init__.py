@@ -26,7 +26,7 @@ from grader.sandboxed.probe import call
 
 
 # The check modules, found rather than listed: every module of this package that exports
-# EXERCISES (one per notebook); an exercise's name is unique course-wide. A new notebook's
+# EXERCISES (one or more per notebook); an exercise's name is unique course-wide. A new notebook's
 # checks need only a new module. `mutation` is left out: it grades through this package's `run`.
 def _discover() -> dict[str, Exercise]:
     found: dict[str, Exercise] = {}
@@ -62,6 +62,9 @@ def rubric() -> str:
             f"| {c.points:g} | {c.description} | {'hidden' if c.hidden else 'visible'} |"
             for c in e.checks
         ]
+        if e.structure is not None:
+            what, cap = e.structure.what, e.structure.cap
+            lines += ["", f"Structure: {what}. An answer built otherwise keeps at most {cap:g}."]
     return "\n".join(lines) + "\n"
 
 

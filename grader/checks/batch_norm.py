@@ -1,5 +1,5 @@
-"""Checks for notebook 02 (BatchNorm vs LayerNorm): `batch_norm`, `torch_momentum`, `predict`,
-`group_norm`, `rms_norm`.
+"""Checks for notebook 02 (BatchNorm vs LayerNorm): `batch_norm`, `torch_momentum`, `predict`
+(`group_norm` and `rms_norm`, the notebook's other norms, have their own modules).
 
 The stateful exercises are judged on whole scenarios, not single calls: `batch_norm` runs
 several training steps on distinct batches and then one evaluation call, and every output and
@@ -10,24 +10,16 @@ calls). Effect sizes the hidden inputs rely on, far above the 1e-5 tolerance for
   storing the biased variance moves `running_var` by m·σ²/3 (≈ 0.03 at m = 0.1);
 - the swapped momentum convention gives the new batch weight 1 − m instead of m;
 - a square (N = C) batch or an (N, L, C)-confusable (N, C, L = C) batch lets the wrong-axis slips
-  run silently, so they are named rather than crash;
-- group and RMS rows scaled by 1e-3 (variance ≈ 1e-6, mean square ≈ 1e-6) make ε misplaced or
-  misread change the output by order one.
+  run silently, so they are named rather than crash.
 
-Rubrics (points follow how central a property is; a slip in a right structure costs only its
-own checks, because the checks of the structure use ≥ 4096 values per statistic, where the n−1
-slip is inside their tolerance, `WIDE`):
-
-- `batch_norm` (10): the channel axis, over N and L, 5 (three steps on (N, C, L) batches 2, an
-  (N, C, L = C) batch 2, running statistics that start elsewhere 1.5 — less the seed's table);
-  which variance normalizes and which is stored 2.5 (4 values per channel, a square batch);
-  evaluation from the running statistics 1; the seed's table 1. Channels taken as the last dim
-  keep 4.5, statistics per sample 0, either variance slip 6.5.
-- `group_norm` (6): which values form a group (consecutive channels, every position) 4; the
-  estimator 1; ε 1. Interleaved groups keep 1, spatial dims left out 0, the n−1 slip 5.
-- `rms_norm` (6): the dims `normalized_shape` covers 2.5; what `eps=None` means and where ε goes
-  2 (float32 and float64 rows of tiny mean square, an explicit eps, an all-zero row); the
-  weight 1. Statistics over the last dim only keep 3.5; each ε slip 4 to 5.5.
+Rubric of `batch_norm` (10; points follow how central a property is): the channel axis, over N
+and L, 5 (three steps on (N, C, L) batches 2, an (N, C, L = C) batch 2, running statistics that
+start elsewhere 1.5 — less the seed's table); which variance normalizes and which is stored 2.5
+(4 values per channel, a square batch); evaluation from the running statistics 1; the seed's
+table 1. A slip in a right structure costs only its own checks, because the checks of the
+structure use ≥ 4096 values per channel, where the n−1 slip is inside their tolerance (`WIDE`):
+either variance slip keeps 6.5. Statistics over other sets than each channel's are a wrong
+structure, capped at 2 (channels taken as the last dim 2, statistics per sample 0).
 """
 
 from __future__ import annotations
@@ -39,21 +31,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, also_visible
-from grader.checks.inputs import randn, with_spread
+from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, Structure, also_visible
 from grader.checks.library import NORMALIZATIONS, forbid
 from grader.checks.properties import (
     BATCH_NORM_RUNNING,
     BATCH_NORM_TRAINING,
-    GROUP_NORM_SETS,
     Complement,
-    trailing_norm,
+    EvaluatedOnTheBatch,
 )
 from grader.sandboxed.probes import (
     probe_batch_norm,
-    probe_group_norm,
     probe_predict,
-    probe_rms_norm,
     probe_torch_momentum,
 )
 
@@ -152,12 +140,14 @@ BATCH_NORM_MISTAKES = (
         "Your statistics run over each sample's features (LayerNorm's axis); BatchNorm's run "
         "over the batch for each channel (every dim except dim 1).",
         partial(_batch_norm_variant, axis="sample"),
+        structural=True,
     ),
     Mistake(
         "channels taken as the last dim",
         "Your statistics treat the last dim as the channels, as if the input were (N, L, C); "
         "BatchNorm's channels are dim 1 of an (N, C) or (N, C, L) input.",
         partial(_batch_norm_variant, axis="last"),
+        structural=True,
     ),
 )
 
@@ -212,7 +202,8 @@ BATCH_NORM = Exercise(
     probe=probe_batch_norm,
     forbidden=forbid(*NORMALIZATIONS),
     mistakes=BATCH_NORM_MISTAKES,
-    properties=(BATCH_NORM_TRAINING, *BATCH_NORM_RUNNING),
+    properties=(BATCH_NORM_TRAINING, *BATCH_NORM_RUNNING, EvaluatedOnTheBatch()),
+    structure=Structure("statistics per channel, dim 1, over every other dim", cap=2),
     forms=(("x", "2-d"), ("x", "3-d")),
     checks=(
         Check(
@@ -444,314 +435,4 @@ PREDICT = Exercise(
     ),
 )
 
-# ---------------------------------------------------------------------------------------------
-# group_norm
-
-
-def _group_norm_variant(
-    x,
-    num_groups,
-    weight=None,
-    bias=None,
-    eps=1e-5,
-    *,
-    correction=0,
-    eps_outside=False,
-    interleaved=False,
-    per_position=False,
-    affine=True,
-):
-    """Group norm with a switch per classic slip; the defaults are correct."""
-    n, c = x.shape[:2]
-    if interleaved:  # channel k in group k % G
-        grouped = x.reshape(n, c // num_groups, num_groups, -1).transpose(1, 2)
-    else:  # C/G consecutive channels per group
-        grouped = x.reshape(n, num_groups, c // num_groups, -1)
-    dims = (2,) if per_position else (2, 3)
-    mean = grouped.mean(dims, keepdim=True)
-    var = grouped.var(dims, keepdim=True, correction=correction)
-    if eps_outside:
-        y = (grouped - mean) / (var.sqrt() + eps)
-    else:
-        y = (grouped - mean) / torch.sqrt(var + eps)
-    if interleaved:
-        y = y.transpose(1, 2)
-    y = y.reshape(x.shape)
-    per_channel = (1, -1, *[1] * (x.dim() - 2))
-    if affine and weight is not None:
-        y = y * weight.reshape(per_channel)
-    if affine and bias is not None:
-        y = y + bias.reshape(per_channel)
-    return y
-
-
-def _gn_case(x: np.ndarray, groups: int, rng=None, eps: float = 1e-5) -> Arrays:
-    case = {"x": x, "num_groups": np.array(groups), "eps": np.array(eps)}
-    if rng is not None:
-        c = x.shape[1]
-        case["weight"] = rng.uniform(0.5, 1.5, c).astype(x.dtype)  # never near 0
-        case["bias"] = rng.normal(0.0, 0.5, c).astype(x.dtype)
-    return case
-
-
-def _channels_apart(rng, *shape) -> np.ndarray:
-    """Each channel with its own offset, so that which channels share a group matters."""
-    offsets = rng.normal(0.0, 3.0, shape[1]).reshape(1, -1, *[1] * (len(shape) - 2))
-    return (offsets + rng.standard_normal(shape)).astype(np.float32)
-
-
-GROUP_NORM = Exercise(
-    name="group_norm",
-    reference=F.group_norm,
-    probe=probe_group_norm,
-    properties=(GROUP_NORM_SETS,),
-    forms=(("x", "3-d"), ("x", "4-d")),
-    forbidden=forbid(*NORMALIZATIONS),
-    mistakes=(
-        Mistake(
-            "unbiased variance",
-            "Your variance divides by n−1; GroupNorm uses the biased variance (÷ n) of each group.",
-            partial(_group_norm_variant, correction=1),
-        ),
-        Mistake(
-            "eps outside the square root",
-            "ε is added outside the square root, (x−μ)/(σ+ε); it belongs under the root, "
-            "(x−μ)/√(σ²+ε), which matters when a group's variance is close to ε.",
-            partial(_group_norm_variant, eps_outside=True),
-        ),
-        Mistake(
-            "interleaved groups",
-            "Your groups take every G-th channel; a group is C/G *consecutive* channels "
-            "(reshape to (N, G, C/G, ...), not (N, C/G, G, ...)).",
-            partial(_group_norm_variant, interleaved=True),
-        ),
-        Mistake(
-            "spatial dims left out",
-            "Your statistics pool a group's channels at each position separately; GroupNorm "
-            "pools the group's channels and all spatial (or length) positions together.",
-            partial(_group_norm_variant, per_position=True),
-        ),
-        Mistake(
-            "affine ignored",
-            "`weight` and `bias` (per channel, shape (C,)) are not applied after normalizing.",
-            partial(_group_norm_variant, affine=False),
-        ),
-    ),
-    checks=(
-        Check(
-            "(2, 6, 2048) input in 3 groups",
-            lambda rng: _gn_case(_channels_apart(rng, 2, 6, 2048), 3),
-            points=1,
-            **WIDE,
-        ),
-        Check(
-            "(2, 4, 64, 64) images in 2 groups, per-channel weight and bias",
-            lambda rng: _gn_case(_channels_apart(rng, 2, 4, 64, 64), 2, rng),
-            points=1,
-            **WIDE,
-        ),
-        *also_visible(
-            Check(
-                "groups of only 4 values (which variance estimator?)",
-                lambda rng: _gn_case(with_spread(rng, _channels_apart(rng, 3, 4, 2), 4), 2),
-                points=1,
-                hidden=True,
-            ),
-            points=0.5,
-        ),
-        *also_visible(
-            Check(
-                "groups whose variance is close to ε, with eps=1e-3 given",
-                lambda rng: _gn_case(randn(rng, 2, 4, 2048) * np.float32(0.03), 2, eps=1e-3),
-                points=1,
-                **WIDE,
-                hidden=True,
-            ),
-            points=0.5,
-        ),
-        Check(
-            "one group (LayerNorm over C, H, W) and C groups (InstanceNorm)",
-            lambda rng: _gn_case(_channels_apart(rng, 2, 3, 64, 64), int(rng.choice([1, 3]))),
-            points=1,
-            **WIDE,
-            hidden=True,
-        ),
-        Check(
-            "(2, 6, 16, 16, 16) volumes in 3 groups with weight and bias",
-            lambda rng: _gn_case(_channels_apart(rng, 2, 6, 16, 16, 16), 3, rng),
-            points=1,
-            **WIDE,
-            hidden=True,
-        ),
-    ),
-)
-
-# ---------------------------------------------------------------------------------------------
-# rms_norm
-
-
-def _rms_norm_variant(
-    x,
-    normalized_shape,
-    weight=None,
-    eps=None,
-    *,
-    center=False,
-    eps_default=None,
-    eps_outside=False,
-    last_dim_only=False,
-    root_of_sum=False,
-    use_weight=True,
-):
-    """RMSNorm with a switch per classic slip; the defaults are correct."""
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    dims = (-1,) if last_dim_only else tuple(range(-len(shape), 0))
-    if eps is None:
-        eps = torch.finfo(x.dtype).eps if eps_default is None else eps_default
-    if center:
-        x = x - x.mean(dims, keepdim=True)
-    square = (x * x).sum(dims, keepdim=True) if root_of_sum else (x * x).mean(dims, keepdim=True)
-    y = x / (square.sqrt() + eps) if eps_outside else x / torch.sqrt(square + eps)
-    if use_weight and weight is not None:
-        y = y * weight
-    return y
-
-
-def _rms_reference(x, normalized_shape, weight=None, eps=None):
-    """F.rms_norm, which takes only the tuple form of the int-or-tuple the exercise promises."""
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
-    return F.rms_norm(x, shape, weight, eps)
-
-
-def _rms_case(
-    x: np.ndarray, ndims: int, rng=None, eps: float | None = None, as_int=False
-) -> Arrays:
-    shape = x.shape[-ndims:]
-    case = {"x": x, "normalized_shape": np.array(shape[0] if as_int else shape)}
-    if eps is not None:
-        case["eps"] = np.array(eps)
-    if rng is not None:
-        case["weight"] = rng.uniform(0.5, 1.5, shape).astype(x.dtype)  # never near 0
-    return case
-
-
-def _offset_rows(rng, *shape, dtype=np.float32) -> np.ndarray:
-    """Rows with a clear nonzero mean, so that centering (LayerNorm) changes the answer."""
-    return (rng.normal(0.0, 2.0, (*shape[:-1], 1)) + rng.standard_normal(shape)).astype(dtype)
-
-
-RMS_NORM = Exercise(
-    name="rms_norm",
-    reference=_rms_reference,
-    probe=probe_rms_norm,
-    properties=(trailing_norm(centered=False),),
-    forms=(
-        ("normalized_shape", "int"),
-        ("normalized_shape", "tuple"),
-        ("x", "float32"),
-        ("x", "float64"),
-    ),
-    forbidden=forbid(*NORMALIZATIONS),
-    mistakes=(
-        Mistake(
-            "mean subtracted",
-            "Your rows are centered first; RMSNorm divides by the root mean square of x itself "
-            "and never subtracts the mean (that would be LayerNorm without β).",
-            partial(_rms_norm_variant, center=True),
-        ),
-        Mistake(
-            "eps None read as 0",
-            "`eps=None` does not mean no ε: PyTorch then uses `torch.finfo(x.dtype).eps`.",
-            partial(_rms_norm_variant, eps_default=0.0),
-        ),
-        Mistake(
-            "eps None read as 1e-5",
-            "`eps=None` means `torch.finfo(x.dtype).eps` (1.19e-7 in float32), not LayerNorm's "
-            "default 1e-5.",
-            partial(_rms_norm_variant, eps_default=1e-5),
-        ),
-        Mistake(
-            "float32 eps for every dtype",
-            "`eps=None` means the machine epsilon of the input's own dtype, "
-            "`torch.finfo(x.dtype).eps`; float64 input needs float64's.",
-            partial(_rms_norm_variant, eps_default=float(torch.finfo(torch.float32).eps)),
-        ),
-        Mistake(
-            "eps outside the square root",
-            "ε is added outside the root, x/(rms+ε); RMSNorm adds it to the mean square, "
-            "x/√(mean(x²)+ε).",
-            partial(_rms_norm_variant, eps_outside=True),
-        ),
-        Mistake(
-            "last dim only",
-            "Your mean square covers only the last dim; with a multi-dim `normalized_shape` it "
-            "runs over all of its trailing dims together.",
-            partial(_rms_norm_variant, last_dim_only=True),
-        ),
-        Mistake(
-            "root of the sum",
-            "You divide by the Euclidean norm √(Σx²); RMSNorm divides by the root of the *mean* "
-            "square, √(Σx²/n).",
-            partial(_rms_norm_variant, root_of_sum=True),
-        ),
-        Mistake(
-            "weight ignored",
-            "`weight` (γ, shape `normalized_shape`) is not applied to the normalized output.",
-            partial(_rms_norm_variant, use_weight=False),
-        ),
-    ),
-    checks=(
-        Check(
-            "rows of 8 features with a weight, eps=None, an int normalized_shape",
-            lambda rng: _rms_case(_offset_rows(rng, 3, 8), 1, rng, as_int=True),
-            points=1,
-        ),
-        Check(
-            "normalized_shape spanning the last two dims of a (2, 3, 4) input",
-            lambda rng: _rms_case(_offset_rows(rng, 2, 3, 4), 2),
-            points=1.5,
-        ),
-        *also_visible(
-            Check(
-                "float32 rows with mean square near 1e-6, eps=None",
-                lambda rng: _rms_case(randn(rng, 4, 16) * np.float32(1e-3), 1),
-                points=1,
-                hidden=True,
-            ),
-            points=0.5,
-        ),
-        *also_visible(
-            Check(
-                "float64 rows whose mean square is far below float64's machine ε, eps=None",
-                lambda rng: _rms_case(randn(rng, 4, 16, dtype=np.float64) * 1e-9, 1),
-                points=0.5,
-                hidden=True,
-                rtol=1e-9,
-                atol=1e-9,
-            ),
-            points=0.25,
-        ),
-        Check(
-            "an explicit eps=1e-6 on rows of mean square near 1e-6",
-            lambda rng: _rms_case(randn(rng, 3, 10) * np.float32(1e-3), 1, eps=1e-6),
-            points=0.5,
-            hidden=True,
-        ),
-        Check(
-            "normalized_shape of three dims, with a weight",
-            lambda rng: _rms_case(
-                with_spread(rng, _offset_rows(rng, 2, 2, 3, 4), 24, low=1.0), 3, rng
-            ),
-            points=1,
-            hidden=True,
-        ),
-        Check(
-            "an all-zero row gives zeros, not NaN",
-            lambda rng: _rms_case(np.zeros((2, 6), np.float32), 1),
-            points=0.5,
-            hidden=True,
-        ),
-    ),
-)
-
-EXERCISES = (BATCH_NORM, TORCH_MOMENTUM, PREDICT, GROUP_NORM, RMS_NORM)
+EXERCISES = (BATCH_NORM, TORCH_MOMENTUM, PREDICT)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from grader.checks.library import Forbidden
-from grader.checks.properties import Property, explain, extent
+from grader.checks.properties import Property, Structural, explain, extent
 from grader.sandboxed.probe import Arrays, Outputs, Probe, StudentError, outputs_of
 
 
@@ -35,6 +35,7 @@ class Mistake:
     name: str
     message: str  # one sentence to the student: what they did, not the fix's code
     impl: Any  # same interface as the reference, deliberately wrong
+    structural: bool = False  # a wrong structure: the exercise is capped (`Structure`)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,16 @@ def also_visible(check: Check, points: float) -> tuple[Check, Check]:
 
 
 @dataclass(frozen=True)
+class Structure:
+    """What an exercise's answer must be built as (which values share a statistic, where each
+    norm sits, samples kept apart): the checks an answer with another structure still passes
+    presuppose it, so such an answer keeps at most `cap` points, whatever those checks give."""
+
+    what: str  # in the course's words, for the rubric
+    cap: float
+
+
+@dataclass(frozen=True)
 class Exercise:
     name: str  # the function or class the student defines
     reference: Any
@@ -80,6 +91,8 @@ class Exercise:
     forms: tuple[tuple[str, str], ...] = ()
     # What a correct output always satisfies, to explain a wrong one no known mistake matches.
     properties: tuple[Property, ...] = ()
+    # None: no check presupposes more than it tests itself.
+    structure: Structure | None = None
     # The tolerance of every check that does not set its own.
     rtol: float = 1e-5
     atol: float = 1e-5
@@ -109,6 +122,13 @@ class CheckOutcome:
     raised: bool = False  # the answer raised, crashed or was missing: no output to compare
     finding: str = ""  # for no known mistake: the property of a correct output it violates
 
+    @property
+    def structural(self) -> bool:
+        """Failed for a wrong structure: a structural mistake or property (`Structural`)."""
+        return (self.mistake is not None and self.mistake.structural) or isinstance(
+            self.finding, Structural
+        )
+
 
 @dataclass
 class Verdict:
@@ -118,9 +138,22 @@ class Verdict:
     graded: bool = True  # False: only the visible checks ran (a student's own test run)
 
     @property
+    def capped(self) -> bool:
+        """A wrong structure was found, so the checks passed count for at most its cap."""
+        structure = self.exercise.structure
+        earned = sum(o.check.points for o in self.outcomes if o.passed)
+        return (
+            structure is not None
+            and earned > structure.cap
+            and any(o.structural for o in self.outcomes)
+        )
+
+    @property
     def score(self) -> float:
         if self.integrity:
             return 0.0
+        if self.capped:
+            return float(self.exercise.structure.cap)
         return float(sum(o.check.points for o in self.outcomes if o.passed))
 
     @property
@@ -164,6 +197,12 @@ class Verdict:
                 )
         for m in self.diagnoses:
             lines.append(f"  → {m.message}")
+        if self.graded and self.capped:
+            what, cap = self.exercise.structure.what, self.exercise.structure.cap
+            lines.append(
+                f"  → Your answer is not built as the exercise asks ({what}); the checks it "
+                f"passes presuppose that structure, so it keeps at most {cap:g} of their points."
+            )
         return "\n".join(lines)
 
 

@@ -12,9 +12,10 @@ Rubric of `layer_norm` (10 points): what is normalized matters most, so the dims
 dims 1.5); the variance estimator (the seed's example and rows of 4 features) 2; ε under the
 root and the caller's ε 1.5; stable float32 statistics 1; the rest (per-token rows, constant
 rows) 1. The checks other than the estimator's use rows of 4096 values, where the n−1 slip is
-inside their tolerance, so a slip costs its own points only: ignoring `normalized_shape`
-(statistics over the last dim only) keeps 5.5, the unbiased variance 8, statistics over the
-batch 0.5.
+inside their tolerance, so a slip costs its own points only: the unbiased variance keeps 8.
+Statistics over other dims than `normalized_shape`'s are a wrong structure (`Structure`): the
+checks such an answer passes (every 1-d `normalized_shape`) presuppose the right rows, so it
+keeps at most 2 — ignoring `normalized_shape` (the last dim only) 2, the batch 0.5.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ from functools import partial
 import numpy as np
 import torch
 
-from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, also_visible
+from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, Structure, also_visible
+from grader.checks.gradients import LAYER_NORM_BACKWARD as BACKWARD_PROPERTIES
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, VARIANCE, forbid
-from grader.checks.properties import LAYER_NORM_BACKWARD as BACKWARD_INVARIANTS
 from grader.checks.properties import Variance, trailing_norm
+from grader.checks.variants import standardized
 from grader.reference import functional as ref
 from grader.sandboxed.probe import trailing_dims
 from grader.sandboxed.probes import probe_backward, probe_layer_norm, probe_var
@@ -67,12 +69,8 @@ def _layer_norm_variant(
     dims = (0,) if batch_axis else (-1,) if last_dim_only else trailing_dims(normalized_shape)
     if affine_first and weight is not None:
         x = x * weight + bias
-    mean = x.mean(dims, keepdim=True)
-    if naive:
-        var = (x * x).mean(dims, keepdim=True) - mean * mean
-    else:
-        var = x.var(dims, keepdim=True, correction=correction)
-    x_hat = (x - mean) / (var.sqrt() + eps) if eps_outside else (x - mean) / (var + eps).sqrt()
+    options = {"correction": correction, "eps_outside": eps_outside, "naive": naive}
+    x_hat = standardized(x, dims, eps, **options)
     if affine and not affine_first and weight is not None:
         x_hat = x_hat * weight + bias
     return x_hat
@@ -102,12 +100,14 @@ LAYER_NORM_MISTAKES = (
         "Your statistics run over the batch axis (like BatchNorm); LayerNorm computes them per "
         "sample, over the trailing `normalized_shape` dims.",
         partial(_layer_norm_variant, batch_axis=True),
+        structural=True,
     ),
     Mistake(
         "last dim only",
         "Your statistics cover only the last dim; with a multi-dim `normalized_shape` they must "
         "run over all of its trailing dims together.",
         partial(_layer_norm_variant, last_dim_only=True),
+        structural=True,
     ),
     Mistake(
         "affine ignored",
@@ -167,6 +167,7 @@ LAYER_NORM = Exercise(
     forbidden=forbid(*NORMALIZATIONS),
     mistakes=LAYER_NORM_MISTAKES,
     properties=(trailing_norm(centered=True),),
+    structure=Structure("statistics per row of the normalized_shape dims", cap=2),
     forms=(("normalized_shape", "int"), ("normalized_shape", "tuple")),
     checks=(
         Check(
@@ -356,7 +357,7 @@ LAYER_NORM_BACKWARD = Exercise(
     name="layer_norm_backward",
     reference=ref.layer_norm_backward,
     probe=probe_backward,
-    properties=BACKWARD_INVARIANTS,
+    properties=BACKWARD_PROPERTIES,
     **_F64,
     forbidden=forbid(*NORMALIZATIONS),
     forms=(("normalized_shape", "int"), ("normalized_shape", "tuple")),

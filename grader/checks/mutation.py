@@ -15,12 +15,15 @@ import ast
 import copy
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from grader.checks import run
+from grader.checks import EXERCISES, run
 from grader.checks.core import Arrays, Exercise, Outputs, StudentError, Verdict, plan
+from grader.config import assignments
+from grader.notebook import answer_source, exercises_of, setup_code, source_notebook
 from grader.sandboxed.probe import call, load_answer
 
 _SWAPPED_OPS = {
@@ -206,6 +209,16 @@ def outcome(verdict: Verdict) -> str:
     return "raised" if all(o.raised for o in failed) else "located"
 
 
+def solution_cells() -> list[tuple[str, str, str]]:
+    """(exercise, notebook setup code, solution cell source) for every graded exercise."""
+    cells = []
+    for assignment in assignments():
+        notebook = source_notebook(assignment)
+        setup = setup_code(notebook)
+        cells += [(name, setup, answer_source(notebook, name)) for name in exercises_of(notebook)]
+    return cells
+
+
 def judge_mutant(exercise: Exercise, setup: str, answer: Any, mutant: Mutant, seed: int) -> str:
     """One of OUTCOMES for `mutant` of `answer` (loaded with the notebook's `setup`)."""
     try:
@@ -215,3 +228,43 @@ def judge_mutant(exercise: Exercise, setup: str, answer: Any, mutant: Mutant, se
     if equivalent(exercise, answer, wrong):
         return "equivalent"
     return outcome(run(exercise, wrong, hidden=True, seed=seed, source=mutant.source))
+
+
+# ---------------------------------------------------------------------------------------------
+# Wrong answers written by hand, as students write them (tests/wrong_answers): the holdout that
+# tells whether the checks generalize beyond the mistakes and mutants they were tuned on
+
+
+@dataclass(frozen=True)
+class WrittenAnswer:
+    exercise: str  # the file's name up to "__"
+    path: Path
+    source: str
+    feedback: str  # words the feedback must contain ("# feedback: …" in the file), or ""
+
+
+def written_answers(folder: Path) -> list[WrittenAnswer]:
+    """Every `<exercise>__<what>.answer` in `folder` (Python source, run in its notebook's
+    namespace as a student's answer cell is; not a module of this repository), for an exercise
+    the checks know."""
+    found = []
+    for path in sorted(folder.glob("*__*.answer")):
+        exercise = path.name.split("__")[0]
+        if exercise not in EXERCISES:
+            raise ValueError(f"{path.name}: no exercise is named {exercise!r}")
+        source = path.read_text()
+        marked = [line for line in source.splitlines() if line.startswith("# feedback: ")]
+        feedback = marked[0].removeprefix("# feedback: ") if marked else ""
+        found.append(WrittenAnswer(exercise, path, source, feedback))
+    return found
+
+
+def judge_written(answer: WrittenAnswer, setups: dict[str, str], seed: int) -> Verdict | str:
+    """The verdict on a hand-written answer, graded as the autograder grades; "raised" when it
+    does not even define the answer."""
+    exercise = EXERCISES[answer.exercise]
+    try:
+        loaded = load_answer(setups[answer.exercise], answer.source, exercise.name)
+    except Exception:
+        return "raised"
+    return run(exercise, loaded, hidden=True, seed=seed, source=answer.source)

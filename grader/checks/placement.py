@@ -17,19 +17,23 @@ beyond the float64 tolerance, for any grading seed.
 
 Rubric: every check of a block or a stack tests its residual structure (where each norm sits,
 what each sublayer reads), the centre of this notebook, so a misplaced norm keeps at most the
-points of the one check it happens to pass (0 or 1 of 6; 0 of 4 for the stack).
+points of the one check it happens to pass (0 or 1 of 6; 0 of 4 for the stack). A block or a
+stack that mixes samples across the batch passes the stand-in and switched-off checks, whose
+sublayers keep samples apart; those checks presuppose a block that does too, so any wrong
+structure (mixed samples, a norm reading the wrong tensor) keeps at most 1 of 6 (0.5 of 4).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+import torch.nn.functional as F
 from torch import nn
 
-from grader.checks.core import Arrays, Check, Exercise, Mistake
+from grader.checks.core import Arrays, Check, Exercise, Mistake, Structure
 from grader.checks.library import LIBRARY_BLOCKS, LIBRARY_STACKS, forbid
+from grader.checks.properties import Combination, Structural
 from grader.reference.blocks import PostLNBlock, PreLNBlock
 from grader.sandboxed import probes
 from grader.sandboxed.probes import ALONE, probe_block, probe_stack
@@ -307,6 +311,30 @@ ENCODER_MISTAKES = (
     ),
 )
 
+# Every wrong placement is a wrong structure: none keeps more than its exercise's cap.
+POST_LN_MISTAKES, PRE_LN_MISTAKES, ENCODER_MISTAKES = (
+    tuple(replace(m, structural=True) for m in mistakes)
+    for mistakes in (POST_LN_MISTAKES, PRE_LN_MISTAKES, ENCODER_MISTAKES)
+)
+
+
+def _with_gelu(base: type) -> type:
+    """`base` with GELU, BERT's activation, where the block's feed-forward sublayer has ReLU."""
+
+    def _ff_block(self, x):
+        return self.dropout(self.linear2(self.dropout(F.gelu(self.linear1(x)))))
+
+    return type(f"{base.__name__}WithGelu", (base,), {"_ff_block": _ff_block})
+
+
+# A slip inside a sublayer, not in the structure: it costs the checks of the real sublayers only.
+_GELU = (
+    "Your feed-forward sublayer applies GELU; this block's is linear2(ReLU(linear1(x))). Its "
+    "norms and residuals are right: the checks with stand-in sublayers pass."
+)
+POST_LN_MISTAKES += (Mistake("GELU instead of ReLU", _GELU, _with_gelu(PostLNBlock)),)
+PRE_LN_MISTAKES += (Mistake("GELU instead of ReLU", _GELU, _with_gelu(PreLNBlock)),)
+
 # ---------------------------------------------------------------------------------------------
 # Residual structure read off the stand-in check: what each norm receives, and the output, as a
 # combination of the tensors a block could add up (x, F₁ of what, LN of what)
@@ -326,22 +354,28 @@ def _stand_ins(a: Arrays):
     return f1, f2, ln1, ln2
 
 
-def _post_ln_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]]:
-    """(what belongs there, in words; the terms a wrong one may combine) for `key`."""
+def _post_ln_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]] | None:
+    """(what belongs there, in words; the terms a wrong one may combine) for `key`; None
+    without stand-in sublayers, where the block's own sublayers are no known tensors."""
+    if "f1_weight" not in a:
+        return None
     f1, f2, ln1, ln2 = _stand_ins(a)
     x = a["x"]
     h = ln1(x + f1(x))
     if key == "what norm1 receives":
         return "x + F₁(x) belongs", {"x": x, "F₁(x)": f1(x)}
     if key == "what norm2 receives":
-        return "h + F₂(h) belongs, with h = LN₁(x + F₁(x))", {"h": h, "F₂(h)": f2(h), "x": x}
+        terms = {"h": h, "F₂(h)": f2(h), "x": x, "F₂(x)": f2(x)}
+        return "h + F₂(h) belongs, with h = LN₁(x + F₁(x))", terms
     return "LN₂(h + F₂(h)) belongs, with h = LN₁(x + F₁(x))", {
         "LN₂(h + F₂(h))": ln2(h + f2(h)),
         "h": h,
     }
 
 
-def _pre_ln_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]]:
+def _pre_ln_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]] | None:
+    if "f1_weight" not in a:
+        return None
     f1, f2, ln1, ln2 = _stand_ins(a)
     x = a["x"]
     u = x + f1(ln1(x))
@@ -353,36 +387,10 @@ def _pre_ln_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]]:
     return "u + F₂(LN₂(u)) belongs, with u = x + F₁(LN₁(x))", terms
 
 
-def _combination(coefficients: np.ndarray, names: list[str]) -> str:
-    """'x − F₁(x)', '2·h', '0' from least-squares coefficients."""
-    parts = []
-    for c, name in zip(coefficients, names, strict=True):
-        if abs(c) < 1e-6:
-            continue
-        size = "" if abs(abs(c) - 1) < 1e-6 else f"{abs(c):.3g}·"
-        parts.append(("− " if c < 0 else "+ ") + size + name)
-    text = " ".join(parts) or "0"
-    return text[2:] if text.startswith("+ ") else "−" + text[2:] if text.startswith("− ") else text
-
-
-@dataclass(frozen=True)
-class Residual:
-    """With stand-in sublayers, what a norm receives (or the block outputs) is a fixed
-    combination of x and the sublayers' outputs; a wrong one is said as the combination it is."""
-
-    key: str
-    terms: Callable[[str, Arrays], tuple[str, dict[str, np.ndarray]]]
-
-    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
-        if "f1_weight" not in inputs or got.shape != want.shape or np.allclose(got, want):
-            return ""
-        correct, terms = self.terms(self.key, inputs)
-        design = np.stack([t.ravel() for t in terms.values()], 1)
-        coefficients, *_ = np.linalg.lstsq(design, got.ravel().astype(np.float64), rcond=None)
-        if np.linalg.norm(design @ coefficients - got.ravel()) > 1e-6 * np.linalg.norm(got):
-            return ""  # no combination of these terms: nothing sure to say
-        found = _combination(coefficients, list(terms))
-        return f"{key} is {found}, where {correct}"
+def _stack_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]]:
+    """A stack's output against the input and its final norm of the input: the blocks skipped."""
+    x = a["x"]
+    return "LN_f of the last block's output belongs", {"LN_f(x)": _layer_norm(x, a, "norm"), "x": x}
 
 
 @dataclass(frozen=True)
@@ -396,7 +404,7 @@ class CallCounts:
             return ""
         said = {1: "once", 2: "twice"}
         counts = [said.get(int(n), f"{int(n)} times") for n in got]
-        return (
+        return Structural(
             f"`norm1` is called {counts[0]} and `norm2` {counts[1]} per forward; each sublayer "
             "has its own norm, called once"
         )
@@ -410,7 +418,7 @@ class BatchIndependence:
     key: str = ALONE
 
     def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
-        return (
+        return Structural(
             "the first sample's output changes when the rest of the batch is removed: samples "
             "are mixed across the batch (the input is (B, T, D), batch first; attention runs "
             "over T within each sample)"
@@ -419,11 +427,17 @@ class BatchIndependence:
 
 def _block_properties(terms) -> tuple:
     keys = ("what norm1 receives", "what norm2 receives", "output")
-    return (CallCounts(), *(Residual(k, terms) for k in keys), BatchIndependence())
+    residuals = (Combination(k, terms, structural=True) for k in keys)
+    return (CallCounts(), *residuals, BatchIndependence())
 
 
 # ---------------------------------------------------------------------------------------------
 # Exercises
+
+
+BLOCK_STRUCTURE = Structure(
+    "samples kept apart, each norm reading the tensor its placement gives it", cap=1
+)
 
 
 def _block_checks(placement: str, switched_off: str) -> tuple[Check, ...]:
@@ -462,26 +476,32 @@ def _block_checks(placement: str, switched_off: str) -> tuple[Check, ...]:
     )
 
 
-POST_LN_BLOCK = Exercise(
-    name="PostLNBlock",
-    reference=torch_post_ln,
-    probe=probe_block,
-    checks=_block_checks("norm_first=False", "LN₂(LN₁(x + b₁) + b₂)"),
-    mistakes=POST_LN_MISTAKES,
-    **_TOL,
-    properties=_block_properties(_post_ln_terms),
-    forbidden=forbid(LIBRARY_BLOCKS, LIBRARY_STACKS),
-)
+def _block_exercise(name: str, reference, norm_first: bool, switched_off: str, mistakes, terms):
+    """A block exercise: the checks of `_block_checks`, PyTorch's layer with `norm_first` as
+    the reference, the residual structure read off with `terms`."""
+    return Exercise(
+        name=name,
+        reference=reference,
+        probe=probe_block,
+        checks=_block_checks(f"norm_first={norm_first}", switched_off),
+        mistakes=mistakes,
+        **_TOL,
+        properties=_block_properties(terms),
+        structure=BLOCK_STRUCTURE,
+        forbidden=forbid(LIBRARY_BLOCKS, LIBRARY_STACKS),
+    )
 
-PRE_LN_BLOCK = Exercise(
-    name="PreLNBlock",
-    reference=torch_pre_ln,
-    probe=probe_block,
-    checks=_block_checks("norm_first=True", "x + b₁ + b₂, the residual path untouched"),
-    mistakes=PRE_LN_MISTAKES,
-    **_TOL,
-    properties=_block_properties(_pre_ln_terms),
-    forbidden=forbid(LIBRARY_BLOCKS, LIBRARY_STACKS),
+
+POST_LN_BLOCK = _block_exercise(
+    "PostLNBlock", torch_post_ln, False, "LN₂(LN₁(x + b₁) + b₂)", POST_LN_MISTAKES, _post_ln_terms
+)
+PRE_LN_BLOCK = _block_exercise(
+    "PreLNBlock",
+    torch_pre_ln,
+    True,
+    "x + b₁ + b₂, the residual path untouched",
+    PRE_LN_MISTAKES,
+    _pre_ln_terms,
 )
 
 PRE_LN_ENCODER = Exercise(
@@ -515,7 +535,8 @@ PRE_LN_ENCODER = Exercise(
         ),
     ),
     mistakes=ENCODER_MISTAKES,
-    properties=(BatchIndependence(),),
+    properties=(BatchIndependence(), Combination("output", _stack_terms, structural=True)),
+    structure=Structure("samples kept apart, one final LayerNorm after the blocks", cap=0.5),
     **_TOL,
     forbidden=forbid(LIBRARY_STACKS),
 )

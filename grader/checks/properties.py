@@ -31,6 +31,13 @@ import numpy as np
 if TYPE_CHECKING:
     from grader.checks.core import Arrays
 
+
+class Structural(str):
+    """A finding that the answer is built wrong (statistics over other sets of values, samples
+    mixed across the batch, a norm reading the wrong tensor), not merely off: a str like every
+    finding, which the verdict reads to cap the exercise (`core.Structure`)."""
+
+
 # An output and the check's inputs -> a (sets, values) array, each row one set of values that
 # share a statistic, before the affine; None when that view does not apply to these inputs.
 Grouping = Callable[[np.ndarray, dict[str, np.ndarray]], "np.ndarray | None"]
@@ -84,6 +91,57 @@ class Invariant:
         if not off.any():
             return ""
         return f"{self.what} is far from 0 in {_places(off, self.unit)}: {self.why}"
+
+
+# An output's key and the check's inputs -> (what belongs there, in words; the known tensors a
+# wrong one may combine, by name), or None where these inputs hold no such tensors.
+Terms = Callable[[str, dict[str, np.ndarray]], "tuple[str, dict[str, np.ndarray]] | None"]
+
+
+def _combination(coefficients: np.ndarray, names: list[str]) -> str:
+    """'x − F₁(x)', '2·h', '0' from least-squares coefficients."""
+    parts = []
+    for c, name in zip(coefficients, names, strict=True):
+        if abs(c) < 1e-6:
+            continue
+        size = "" if abs(abs(c) - 1) < 1e-6 else f"{abs(c):.3g}·"
+        parts.append(("− " if c < 0 else "+ ") + size + name)
+    text = " ".join(parts) or "0"
+    return text[2:] if text.startswith("+ ") else "−" + text[2:] if text.startswith("− ") else text
+
+
+def fit(got: np.ndarray, terms: dict[str, np.ndarray]) -> np.ndarray | None:
+    """The coefficients that make `got` a combination of `terms` exactly (up to rounding), by
+    least squares; None when no combination of them is `got`."""
+    design = np.stack([t.ravel() for t in terms.values()], 1).astype(np.float64)
+    target = got.ravel().astype(np.float64)
+    coefficients, *_ = np.linalg.lstsq(design, target, rcond=None)
+    if np.linalg.norm(design @ coefficients - target) > 1e-6 * np.linalg.norm(target):
+        return None
+    return coefficients
+
+
+@dataclass(frozen=True)
+class Combination:
+    """Where a correct output is a fixed combination of known tensors (x and the sublayers'
+    outputs in a block with stand-in sublayers, the sums a gradient is made of), a wrong one is
+    often another combination of them: said as the combination it is ("what norm1 receives is
+    x − F₁(x), where x + F₁(x) belongs")."""
+
+    key: str
+    terms: Terms
+    structural: bool = False  # a wrong combination is a wrong structure (`Structural`)
+
+    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+        found = self.terms(self.key, inputs)
+        if found is None or got.shape != want.shape or np.allclose(got, want):
+            return ""
+        correct, terms = found
+        coefficients = fit(got, terms)
+        if coefficients is None:
+            return ""  # no combination of these terms: nothing sure to say
+        said = f"{key} is {_combination(coefficients, list(terms))}, where {correct}"
+        return Structural(said) if self.structural else said
 
 
 def _spread(rows: np.ndarray, centered: bool) -> np.ndarray:
@@ -143,6 +201,22 @@ def _first_normalized(
     return min(found)[1] if found else ""
 
 
+def _centered_instead(p: Normalized, got: np.ndarray, want: np.ndarray, given: Arrays) -> str:
+    """The words of the first of `p.instead`'s sets over which `got` has mean 0 and a correct
+    output does not (the mean was taken over those sets); '' if none."""
+    for words, grouping in p.instead:
+        rows_got, rows_want = grouping(got, given), grouping(want, given)
+        if rows_got is None or rows_want is None or rows_got.shape[1] < 2:
+            continue
+        rows_got, rows_want = rows_got.astype(np.float64), rows_want.astype(np.float64)
+        scale = np.sqrt(rows_want.var(1)) + 1e-12
+        if np.all(np.abs(rows_got.mean(1)) < 1e-3 * scale) and np.any(
+            np.abs(rows_want.mean(1)) > 0.01 * scale
+        ):
+            return words
+    return ""
+
+
 def _sentence(p: Normalized, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
     rows_got, rows_want = p.sets(got, inputs), p.sets(want, inputs)
     if rows_got is None or rows_want is None or rows_got.shape != rows_want.shape:
@@ -166,11 +240,19 @@ def _sentence(p: Normalized, key: str, inputs: Arrays, got: np.ndarray, want: np
             joint = ", and" if where else ", but"
             given = " and ".join(f"`{k}`" for k in ("weight", "bias") if k in inputs)
             verb = "are" if " and " in given else "is"
-            return f"{key} is normalized {words}{where}{joint} {given} {verb} not applied"
+            said = f"{key} is normalized {words}{where}{joint} {given} {verb} not applied"
+            return Structural(said) if where else said
     if not _evenly_normalized(rows_got, p.centered):
         words = _first_normalized(options[1:], got, inputs, p.centered)
         if words:
-            return f"{key} is normalized {words}, not {p.over}"
+            return Structural(f"{key} is normalized {words}, not {p.over}")
+    if p.centered:
+        words = _centered_instead(p, got, want, inputs)
+        if words:
+            return Structural(
+                f"{key} has mean 0 {words}, not {p.over}: its mean is taken over other dims than "
+                "its variance"
+            )
     mean = rows_got.mean(1)
     if p.centered:
         off = np.abs(mean) > 0.01 * scale + 1e-6
@@ -211,6 +293,8 @@ def _affine_relation(key: str, got: np.ndarray, want: np.ndarray) -> str:
     shift = float(np.mean(got - want))
     if np.linalg.norm(got - want - shift) < 1e-3 * norm and abs(shift) > 1e-6:
         return f"{key} is the correct value shifted by the same {shift:.2g} everywhere"
+    if np.all(want != 0) and np.allclose(got * want, 1, rtol=1e-3):
+        return f"{key} is 1 / the correct value: a division is upside down"
     return ""
 
 
@@ -328,6 +412,10 @@ def shape_sentence(key: str, got: tuple[int, ...], want: tuple[int, ...], inputs
     if len(got) > len(want) and got[: len(want)] != want:
         extra = len(got) - len(want)
         return f"{key} has {extra} dims more than expected: a view was given too many dims"
+    if np.prod(got) == np.prod(want):
+        return (
+            f"{key} holds as many values as expected, in another shape: a view was not shaped back"
+        )
     return ""
 
 
@@ -473,59 +561,9 @@ def _channels_per_sample(y: np.ndarray, a: Arrays) -> np.ndarray | None:
     return None if plain is None else plain.reshape(y.shape[0] * y.shape[1], -1)
 
 
-def _normalized_rows(values: np.ndarray, a: Arrays) -> np.ndarray:
+def normalized_rows(values: np.ndarray, a: Arrays) -> np.ndarray:
+    """`values` as (rows, n): one row per set of the trailing `normalized_shape` dims."""
     return values.reshape(-1, int(np.prod(values.shape[-_trailing_count(a) :])))
-
-
-def _centered_x(a: Arrays) -> np.ndarray:
-    rows = _normalized_rows(a["x"].astype(np.float64), a)
-    return rows - rows.mean(1, keepdims=True)
-
-
-def _off_the_scale_path(g_x: np.ndarray, a: Arrays) -> np.ndarray:
-    """Per row, how far grad_x's part that moves neither the row's mean nor its spread is from
-    rstd·(the same part of grad_out·γ): along those directions LayerNorm only scales by γ/σ."""
-    x = _centered_x(a)
-    rstd = 1 / np.sqrt((x * x).mean(1, keepdims=True) + float(a["eps"]))
-    x_hat = x * rstd
-    g = a["grad_out"] * a["weight"] if "weight" in a else a["grad_out"]
-
-    def off_mean_and_spread(v: np.ndarray) -> np.ndarray:
-        v = v - v.mean(1, keepdims=True)
-        return v - x_hat * (v * x_hat).sum(1, keepdims=True) / (x_hat * x_hat).sum(1, keepdims=True)
-
-    rows = off_mean_and_spread(_normalized_rows(g_x.astype(np.float64), a))
-    through = rstd * off_mean_and_spread(_normalized_rows(g.astype(np.float64), a))
-    return np.linalg.norm(rows - through, axis=1)
-
-
-LAYER_NORM_BACKWARD = (
-    Invariant(
-        key="grad_x",
-        unit="row",
-        what="the sum of grad_x over the normalized dims",
-        why="shifting a row of x does not move LayerNorm's output, so its gradient has no "
-        "component along that shift; the term from μ depending on x (−⟨g⟩) is missing or wrong",
-        zero=lambda g, a: _normalized_rows(g.astype(np.float64), a).sum(1),
-    ),
-    Invariant(
-        key="grad_x",
-        unit="row",
-        what="the sum of grad_x·(x − μ) over the normalized dims",
-        why="rescaling a row of x leaves LayerNorm's output (almost) unchanged, so its gradient "
-        "is orthogonal to x − μ; the term from σ depending on x (−x̂⟨g·x̂⟩) is missing or wrong",
-        zero=lambda g, a: (_normalized_rows(g.astype(np.float64), a) * _centered_x(a)).sum(1),
-    ),
-    Invariant(
-        key="grad_x",
-        unit="row",
-        what="the part of grad_x that moves neither a row's mean nor its spread, less "
-        "grad_out·γ/σ there,",
-        why="along those directions LayerNorm only scales by γ/σ; the weight γ or the factor "
-        "1/σ is missing or wrong in that term",
-        zero=_off_the_scale_path,
-    ),
-)
 
 
 def _first_training_batch(y: np.ndarray, a: Arrays, per_token: bool) -> np.ndarray | None:
@@ -637,6 +675,41 @@ def _masked_single_step(which: int) -> History:
     return history
 
 
+@dataclass(frozen=True)
+class EvaluatedOnTheBatch:
+    """BatchNorm's evaluation output is normalized with the running statistics; one normalized
+    per channel over the evaluation batch itself used that batch's statistics instead."""
+
+    key: str = "output of the evaluation call"
+
+    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+        rows_got, rows_want = _channels(got, inputs), _channels(want, inputs)
+        if rows_got is None or rows_want is None or rows_got.shape[1] < 2:
+            return ""
+        got_normalized = _evenly_normalized(rows_got.astype(np.float64), True, target=1.0)
+        if not got_normalized or _evenly_normalized(rows_want.astype(np.float64), True, 1.0):
+            return ""
+        return (
+            f"{key} is normalized with the evaluation batch's own statistics: with "
+            "training=False, BatchNorm normalizes with `running_mean` and `running_var`"
+        )
+
+
+@dataclass(frozen=True)
+class ZeroPadding:
+    """A padded position carries no token: its output is 0, whatever the padding held."""
+
+    key: str = "output at padding"
+
+    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+        if np.any(want != 0) or not np.all(np.isfinite(got)):
+            return ""
+        held = np.concatenate([x[~m] for x, m in zip(inputs["x"], inputs["mask"], strict=True)])
+        passed = held.shape == got.shape and np.allclose(got, held, equal_nan=True)
+        what = "the padding's own values, passed through" if passed else "not 0"
+        return f"{key} is {what}: a padded position carries no token, so its output is 0"
+
+
 BATCH_NORM_RUNNING = (
     RunningAverage("running_mean after training step 1", "mean", _batch_norm_first_step(0)),
     RunningAverage(
@@ -667,6 +740,13 @@ class Variance:
         n = inputs["x"].shape[int(inputs["dim"])]
         if np.any(got < 0):
             return f"{key} is negative in {_places(got < 0, 'position')}: a variance never is"
+        vanished = (got == 0) & (want > 0)
+        if vanished.any():
+            return (
+                f"{key} is 0 in {_places(vanished, 'position')} where the values vary: the "
+                "squares cancelled (E[x²] − E[x]² loses every digit when the mean is large) and "
+                "the result was cut off at 0"
+            )
         if np.all(want == 0):
             return (
                 f"{key} of constant values is {float(got.max()):.3g}, not 0: the deviations are "
@@ -677,12 +757,32 @@ class Variance:
             hint = _unbiased_hint(ratio, n)
             if hint:
                 return f"{key} is {ratio:.3g} times the biased variance{hint}"
+        if _about_another_mean(got, inputs):
+            return (
+                f"{key} measures the deviations from the mean along another dim than `dim`: "
+                "the mean and the squares must run along the same dim"
+            )
+        if np.all(got < want * (1 - 1e-3)):
+            return (
+                f"{key} is smaller than the variance everywhere: it is not the mean of the "
+                "squared deviations (the square of their mean absolute value, for one, is less)"
+            )
         if np.all(got > want * (1 + 1e-3)):
             return (
                 f"{key} is larger than the variance everywhere: the squared deviations are not "
                 "taken from the mean along `dim` (any other centre gives more)"
             )
         return ""
+
+
+def _about_another_mean(got: np.ndarray, a: Arrays) -> bool:
+    """`got` is the mean square along `dim` of the deviations from the mean along another dim."""
+    x, dim = a["x"].astype(np.float64), int(a["dim"]) % a["x"].ndim
+    for other in set(range(x.ndim)) - {dim}:
+        deviations = x - x.mean(other, keepdims=True)
+        if np.allclose(got, (deviations**2).mean(dim), rtol=1e-3, atol=1e-6):
+            return True
+    return False
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ mistake's distance from the tolerance). Every error case expects a ValueError, n
 Rubrics: `lengths_to_mask` (5) gives 2 to the mask itself (one row per sequence, max_len
 columns) and 1.5 to each edge (long and single-token rows, empty rows, refused lengths): an
 inverted mask keeps 1, an off-by-one 1.5. `masked_batch_norm` (8) and `masked_mean_pool` (5)
-give most points to statistics over the real tokens only: padding in the statistics keeps 1.5
-of 8 and 1 of 5; NaN padding through `x * mask` costs only its own checks (0.5 of 8, 0.5 of 5).
+give most points to statistics over the real tokens only: padding in the statistics is a wrong
+structure, capped at 1.5 of 8 and 1 of 5; NaN padding through `x * mask` costs only its own
+checks (0.5 of 8, 0.5 of 5).
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from functools import partial
 import numpy as np
 import torch
 
-from grader.checks.core import Arrays, Check, Exercise, Mistake, also_visible
+from grader.checks.core import Arrays, Check, Exercise, Mistake, Structure, also_visible
 from grader.checks.library import MASKED_MEAN, NORMALIZATIONS, SEQUENCE_MASKS, forbid
-from grader.checks.properties import MASKED_BATCH_NORM, MASKED_RUNNING
+from grader.checks.properties import MASKED_BATCH_NORM, MASKED_RUNNING, ZeroPadding
 from grader.reference import masking as ref
 from grader.sandboxed.probes import probe_mask, probe_masked_bn, probe_pool
 
@@ -329,7 +330,8 @@ MASKED_BATCH_NORM = Exercise(
     name="masked_batch_norm",
     reference=ref.masked_batch_norm,
     probe=probe_masked_bn,
-    properties=(MASKED_BATCH_NORM, *MASKED_RUNNING),
+    properties=(MASKED_BATCH_NORM, *MASKED_RUNNING, ZeroPadding()),
+    structure=Structure("statistics per feature over the real tokens only", cap=1.5),
     rtol=1e-4,  # float32 statistics over a few hundred tokens and four steps
     atol=1e-4,
     forbidden=forbid(*NORMALIZATIONS),
@@ -345,6 +347,7 @@ MASKED_BATCH_NORM = Exercise(
             "Your statistics include the padded positions: the mean and variance must run over "
             "the real tokens only (x[mask]); the padding drags them toward its own value.",
             partial(_masked_bn_variant, pad_in_stats=True),
+            structural=True,
         ),
         Mistake(
             "padding included in the running statistics",
@@ -495,6 +498,7 @@ MASKED_MEAN_POOL = Exercise(
     reference=partial(ref.masked_mean, dim=1),
     probe=probe_pool,
     forbidden=forbid(MASKED_MEAN, own=("masked_mean_pool",)),
+    structure=Structure("a mean over each sequence's real tokens only", cap=1),
     mistakes=(
         Mistake(
             "empty sequence gives NaN",
@@ -513,12 +517,14 @@ MASKED_MEAN_POOL = Exercise(
             "Your pooled vector includes the padded positions (the naive h.mean(1)); average "
             "over the real tokens only.",
             partial(_pool_variant, include_padding=True),
+            structural=True,
         ),
         Mistake(
             "divided by the padded length",
             "You sum the real tokens but divide by the padded length L; divide by each "
             "sequence's number of real tokens, mask.sum(1).",
             partial(_pool_variant, divide_by_length=True),
+            structural=True,
         ),
         Mistake(
             "masking by multiplication",
