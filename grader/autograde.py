@@ -439,7 +439,9 @@ class _Run:
             for future in as_completed(futures):
                 if RUNNERS.stopping.is_set():
                     break
-                for outcome in _record_all(futures[future], future, self.course, self.api):
+                # Popped: a student's notebooks, as read, are kept no longer than recorded.
+                tasks = futures.pop(future)
+                for outcome in _record_all(tasks, future, self.course, self.api):
                     outcomes.append(outcome)
                     if bar:
                         bar.advance(outcome)
