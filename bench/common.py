@@ -6,6 +6,7 @@ was measured under: every script records the 1-minute load average next to each 
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import os
 import platform
@@ -16,6 +17,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def options(
+    doc: str, argv: Sequence[str] | None, **defaults: tuple[object, str]
+) -> argparse.Namespace:
+    """A benchmark's command line: its docstring's first paragraph, then an option ``--name`` per
+    keyword ``name=(default, help)``, of its default's type; a default of False makes a switch."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    for name, (default, help) in defaults.items():
+        flag = "--" + name.replace("_", "-")
+        if default is False:
+            parser.add_argument(flag, action="store_true", help=help)
+        else:
+            parser.add_argument(flag, type=type(default), default=default, help=help)
+    return parser.parse_args(argv)
 
 
 def cpu_model() -> str:

@@ -35,6 +35,7 @@ from common import (
     load_1min,
     markdown_table,
     median_and_spread,
+    options,
     print_header,
     progress,
     wait_for_quiet,
@@ -245,24 +246,18 @@ def long_runs(args: argparse.Namespace) -> list[list[object]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--runs", type=int, default=3, help="executions per notebook (median); 0: skip"
+    args = options(
+        __doc__,
+        argv,
+        runs=(3, "executions per notebook (median); 0: skip"),
+        timeout=(600, "seconds allowed per cell"),
+        top=(8, "slowest cells to list"),
+        make_test=(False, "also time `make test` here"),
+        fresh_clone=(False, "also time clone → passing `make test`"),
+        max_load=(1.0, "skip the long runs above this 1-min load"),
+        patience=(600.0, "seconds to wait for the load to drop"),
+        force=(False, "run the long runs whatever the load"),
     )
-    parser.add_argument("--timeout", type=int, default=600, help="seconds allowed per cell")
-    parser.add_argument("--top", type=int, default=8, help="slowest cells to list")
-    parser.add_argument("--make-test", action="store_true", help="also time `make test` here")
-    parser.add_argument(
-        "--fresh-clone", action="store_true", help="also time clone → passing `make test`"
-    )
-    parser.add_argument(
-        "--max-load", type=float, default=1.0, help="skip the long runs above this 1-min load"
-    )
-    parser.add_argument(
-        "--patience", type=float, default=600, help="seconds to wait for the load to drop"
-    )
-    parser.add_argument("--force", action="store_true", help="run the long runs whatever the load")
-    args = parser.parse_args(argv)
     use_this_environment()  # the kernelspec starts `python` from PATH: it must be this venv's
 
     print_header("Execution budget")

@@ -8,7 +8,6 @@ students, graded once by `grader autograde` without the sandbox (its speed is no
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 import tempfile
@@ -16,7 +15,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import markdown_table, print_header, progress
+from common import markdown_table, options, print_header, progress
 
 from grader.autograde import autograde
 from grader.config import assignments
@@ -64,12 +63,14 @@ def time_ours(course: Course, students: list[str], jobs: int) -> tuple[float, fl
     return fresh / count, (time.perf_counter() - start) / count, count
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--students", type=int, default=24)
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--stock-notebooks", type=int, default=12, help="nbgrader's, timed")
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = options(
+        __doc__,
+        argv,
+        students=(24, "size of the generated class"),
+        jobs=(2, "parallel jobs of `grader feedback`"),
+        stock_notebooks=(12, "notebooks nbgrader's generate_feedback renders, timed"),
+    )
     print_header("Feedback: nbgrader's generate_feedback vs `grader feedback`")
     with tempfile.TemporaryDirectory() as scratch:
         course, students = graded_class(Path(scratch), args.students)

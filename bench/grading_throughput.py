@@ -186,10 +186,11 @@ preprocessors (Execute first), submissions read from {submissions}."""
 from pathlib import Path
 
 from grader.config import course_config
+from grader.course import Layout
 
 here = Path(__file__).resolve().parent
 c = get_config()  # noqa: F821
-c.merge(course_config(root=here, release=here / "release"))
+c.merge(course_config(root=here, release=Layout.of(here).release))
 c.CourseDirectory.submitted_directory = {submissions!r}
 # Timestamps with milliseconds, to attribute time to each student.
 c.Application.log_format = "%(created).3f [%(name)s | %(levelname)s] %(message)s"

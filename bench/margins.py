@@ -16,14 +16,13 @@ float64 oracle where a check uses one): it must stay well below 1.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import markdown_table, print_header, progress
+from common import markdown_table, options, print_header, progress
 
 from grader.checks import EXERCISES
 from grader.checks.core import Check, Exercise, expected_outputs, margin, outputs_of
@@ -75,9 +74,7 @@ def exercise_rows(exercise: Exercise, seeds: range) -> list[list[object]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=5, help="grading seeds per hidden check")
-    args = parser.parse_args(argv)
+    args = options(__doc__, argv, seeds=(5, "grading seeds per hidden check"))
     print_header("Margins: each known mistake against the tolerance of its checks")
     rows = []
     for exercise in EXERCISES.values():

@@ -14,7 +14,6 @@ thread and with torch's default.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -26,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_1min, markdown_table, print_header, progress
+from common import load_1min, markdown_table, options, print_header, progress
 
 from grader.reference import functional as reference
 
@@ -149,12 +148,14 @@ def speed_rows(repeats: int, thread_counts: list[int]) -> list[list[object]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=1024, help="rows per draw (accuracy)")
-    parser.add_argument("--features", type=int, default=1024, help="normalized size (accuracy)")
-    parser.add_argument("--seeds", type=int, default=5, help="independent draws per offset")
-    parser.add_argument("--repeats", type=int, default=50, help="timed calls per measurement")
-    args = parser.parse_args(argv)
+    args = options(
+        __doc__,
+        argv,
+        rows=(1024, "rows per draw (accuracy)"),
+        features=(1024, "normalized size (accuracy)"),
+        seeds=(5, "independent draws per offset"),
+        repeats=(50, "timed calls per measurement"),
+    )
 
     default_threads = torch.get_num_threads()
     print_header("Numerics of the reference LayerNorm")

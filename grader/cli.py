@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from grader.config import DEMO_EXERCISE_SECONDS, EXERCISE_SECONDS, REPO
+from grader.course import Layout
 
 DEFAULT_COURSE = Path("course")
 
@@ -47,7 +48,7 @@ def _init(args: argparse.Namespace) -> int:
     if course.exists() and (not course.is_dir() or any(course.iterdir())):
         raise UsageError(f"{course} already exists and is not an empty folder: name a new one")
     for assignment in assignments():
-        target = course / "source" / assignment
+        target = Layout.of(course).source / assignment
         shutil.copytree(source / assignment, target, ignore=_NOT_SOURCE)
     shutil.copy(Path(__file__).with_name("nbgrader_config.py"), course / "nbgrader_config.py")
     print(
@@ -72,8 +73,8 @@ def _source(args: argparse.Namespace) -> Path:
     from grader.course import MissingSource, checked_source
 
     folder, course = getattr(args, "source", None), getattr(args, "course", None)
-    if folder is None and course is not None and (course / "source").is_dir():
-        folder = course / "source"  # a course folder made by `grader init`
+    if folder is None and course is not None and Layout.of(course).source.is_dir():
+        folder = Layout.of(course).source  # a course folder made by `grader init`
     try:
         return checked_source(folder)
     except MissingSource as error:
@@ -104,7 +105,7 @@ def _autograde(args: argparse.Namespace) -> int:
     from grader.discovery import layout_problem
 
     source = _source(args)
-    args.submissions = args.submissions or args.course / "submitted"
+    args.submissions = args.submissions or Layout.of(args.course).submitted
     problem = layout_problem(args.submissions, args.course)
     if problem:
         raise UsageError(problem)
@@ -305,10 +306,7 @@ _seconds = _number(float, lambda v: 0 < v < math.inf, "a number of seconds above
 def _grading_options(timeout: float) -> argparse.ArgumentParser:
     """The options of every command that grades; each command gets its own copy, so one
     command's default never becomes another's (argparse shares a parent's option objects)."""
-    grading = argparse.ArgumentParser(add_help=False, parents=[_source_option()])
-    grading.add_argument(
-        "--jobs", type=_jobs, default=None, help="parallel jobs (default: one per core)"
-    )
+    grading = argparse.ArgumentParser(add_help=False, parents=[_source_option(), _jobs_option()])
     grading.add_argument(
         "--timeout",
         type=_seconds,
@@ -323,9 +321,20 @@ def _grading_options(timeout: float) -> argparse.ArgumentParser:
     return grading
 
 
+def _option(flag: str, **how) -> argparse.ArgumentParser:
+    """A parent parser holding the one option `flag` (`how`: argparse's `add_argument`
+    keywords), for the commands that share it; a new one per call, for the reason above."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(flag, **how)
+    return parent
+
+
+def _jobs_option() -> argparse.ArgumentParser:
+    return _option("--jobs", type=_jobs, default=None, help="parallel jobs (default: one per core)")
+
+
 def _source_option() -> argparse.ArgumentParser:
-    source = argparse.ArgumentParser(add_help=False)
-    source.add_argument(
+    return _option(
         "--source",
         type=Path,
         metavar="PATH",
@@ -334,15 +343,35 @@ def _source_option() -> argparse.ArgumentParser:
         "hidden tests (default: the course folder's source/ if it has one, else solutions/ of "
         "the checkout this grader runs from; an installed grader holds none)",
     )
-    return source
+
+
+def _course_option() -> argparse.ArgumentParser:
+    return _option(
+        "--course",
+        type=Path,
+        default=DEFAULT_COURSE,
+        help="grading working dir: gradebook, results, feedback (default: %(default)s)",
+    )
+
+
+def _command(
+    commands, name: str, run: Callable[[argparse.Namespace], int], **how
+) -> argparse.ArgumentParser:
+    """The subcommand `name`, which `run` carries out; `how` is argparse's `add_parser` keywords
+    (help, description, parents)."""
+    command = commands.add_parser(name, **how)
+    command.set_defaults(run=run)
+    return command
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grader", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    init = commands.add_parser(
+    init = _command(
+        commands,
         "init",
+        _init,
         parents=[_source_option()],
         help="make a new nbgrader course folder for this course",
         description="COURSE gets source/ (the solution notebooks with their hidden tests) and "
@@ -350,25 +379,17 @@ def build_parser() -> argparse.ArgumentParser:
         "included) uses one gradebook and grades through the course's sandboxed checks.",
     )
     init.add_argument("course", type=Path, metavar="COURSE", help="the folder to create")
-    init.set_defaults(run=_init)
 
-    release = commands.add_parser("release", help="regenerate notebooks/ from solutions/")
+    release = _command(commands, "release", _release, help="regenerate notebooks/ from solutions/")
     release.add_argument(
         "--check", action="store_true", help="only compare; exit 1 naming stale files"
     )
-    release.set_defaults(run=_release)
 
-    course = argparse.ArgumentParser(add_help=False)
-    course.add_argument(
-        "--course",
-        type=Path,
-        default=DEFAULT_COURSE,
-        help="grading working dir: gradebook, results, feedback (default: %(default)s)",
-    )
-
-    autograde = commands.add_parser(
+    autograde = _command(
+        commands,
         "autograde",
-        parents=[course, _grading_options(EXERCISE_SECONDS)],
+        _autograde,
+        parents=[_course_option(), _grading_options(EXERCISE_SECONDS)],
         help="grade every student × notebook under SUBMISSIONS into nbgrader's gradebook",
         description="SUBMISSIONS holds <student>/<assignment>/<assignment>.ipynb. Re-running "
         "skips submissions already graded and unchanged; a broken notebook is reported for its "
@@ -399,25 +420,24 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="grade only this notebook (repeatable)",
     )
-    autograde.set_defaults(run=_autograde)
 
-    feedback = commands.add_parser(
+    _command(
+        commands,
         "feedback",
-        parents=[course],
+        _feedback,
+        parents=[_course_option(), _jobs_option()],
         help="HTML feedback per student × graded notebook",
         description="nbgrader's feedback pages (feedback/<student>/<assignment>/, what "
         "`nbgrader release_feedback` releases), hidden tests removed, rendered from the "
         "recorded grades, a TA's included; a page whose notebook and grades are unchanged "
         "since it was written is kept.",
     )
-    feedback.add_argument(
-        "--jobs", type=_jobs, default=None, help="parallel jobs (default: one per core)"
-    )
-    feedback.set_defaults(run=_feedback)
 
-    export = commands.add_parser(
+    export = _command(
+        commands,
         "export",
-        parents=[course],
+        _export,
+        parents=[_course_option()],
         help="a grades CSV an LMS can import",
         description="One row per student of nbgrader's roster (student_id, last_name, "
         "first_name, email), one column per assignment headed with its points, e.g. "
@@ -427,26 +447,25 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--csv", type=Path, default=Path("grades.csv"), help="where to write (default: %(default)s)"
     )
-    export.set_defaults(run=_export)
 
-    report = commands.add_parser(
+    report = _command(
+        commands,
         "report",
-        parents=[course],
+        _report,
+        parents=[_course_option()],
         help="the instructor's report: an HTML page per assignment",
         description="Per assignment handed in: the class's score distribution, each "
         "exercise's mean and difficulty, and the mistakes the checks diagnosed most often in "
         "each exercise, with counts.",
     )
     report.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="where the pages go (default: the course's reports/)",
+        "--out", type=Path, default=None, help="where the pages go (default: the course's reports/)"
     )
-    report.set_defaults(run=_report)
 
-    demo = commands.add_parser(
+    demo = _command(
+        commands,
         "demo",
+        _demo,
         parents=[_grading_options(DEMO_EXERCISE_SECONDS)],
         help="grade the bundled sample class end to end and show the results",
     )
@@ -456,13 +475,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=REPO / "build" / "demo",
         help="where the class, course, CSV and feedback go (default: %(default)s)",
     )
-    demo.set_defaults(run=_demo)
 
-    check = commands.add_parser(
-        "check", help="run one notebook's visible checks and say, per exercise, what is wrong"
+    check = _command(
+        commands,
+        "check",
+        _check,
+        help="run one notebook's visible checks and say, per exercise, what is wrong",
     )
     check.add_argument("notebook", type=Path, help="path to your .ipynb")
-    check.set_defaults(run=_check)
     return parser
 
 

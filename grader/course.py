@@ -29,10 +29,11 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from nbconvert.preprocessors import ClearMetadataPreprocessor
 from nbformat import NotebookNode
-from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.api import Gradebook, MissingEntry, SubmittedNotebook
 from nbgrader.apps import NbGraderAPI
 from nbgrader.preprocessors import (
     AssignLatePenalties,
@@ -58,9 +59,23 @@ def notebook_path(folder: Path, assignment: str) -> Path:
 # --- cells ---------------------------------------------------------------------------------------
 
 
+def nbgrader_metadata(cell: NotebookNode) -> dict:
+    """The cell's nbgrader metadata, which nbgrader.utils's helpers read (empty, and not the
+    cell's, for a cell nbgrader does not know)."""
+    return cell.metadata.get("nbgrader", {})
+
+
+def set_nbgrader_metadata(cell: NotebookNode, metadata: dict | None) -> None:
+    """Tag `cell` with a copy of `metadata`, or (None) take its nbgrader tag away."""
+    if metadata is None:
+        cell.metadata.pop("nbgrader", None)
+    else:
+        cell.metadata["nbgrader"] = dict(metadata)
+
+
 def grade_id(cell: NotebookNode) -> str:
     """The cell's nbgrader name ('' for a cell nbgrader does not know)."""
-    return cell.metadata.get("nbgrader", {}).get("grade_id", "")
+    return nbgrader_metadata(cell).get("grade_id", "")
 
 
 def is_test_cell(cell: NotebookNode) -> bool:
@@ -169,6 +184,27 @@ class MissingSource(ValueError):
     """The course source to grade against (the answer key) is not where it was said to be."""
 
 
+class Layout(NamedTuple):
+    """nbgrader's folders of a course folder (its CourseDirectory's source, release, submitted,
+    autograded and feedback directories), each named as its field; naming one creates nothing."""
+
+    source: Path  # the course's own source notebooks (`grader init` copies them there)
+    release: Path  # what generate_assignment writes
+    submitted: Path  # what collect and submit write: <student>/<assignment>/
+    autograded: Path
+    feedback: Path  # the pages, <student>/<assignment>/<assignment>.html
+
+    @classmethod
+    def of(cls, root: Path) -> Layout:
+        return cls(*(root / name for name in cls._fields))
+
+
+def fetched_feedback(home: Path, assignment: str) -> Path:
+    """Where nbgrader's fetch_feedback puts a student's feedback on `assignment`, one folder per
+    submission's timestamp, in the student's folder `home`."""
+    return home / assignment / "feedback"
+
+
 def checked_source(folder: Path | None) -> Path:
     """The course source in `folder` (None: the checkout's solutions/), resolved.
 
@@ -207,14 +243,16 @@ class Course:
     def __post_init__(self) -> None:
         self.root = self.root.resolve()
         self.root.mkdir(parents=True, exist_ok=True)
+        layout = Layout.of(self.root)
         if self.source is None:
-            own = self.root / "source"
-            self.source = own if own.is_dir() else SOLUTIONS
+            self.source = layout.source if layout.source.is_dir() else SOLUTIONS
         self.results = self.root / "results"
         self.staged = self.root / "staged"
-        self.submitted = self.root / "submitted"  # nbgrader's collect and submit write here
-        self.release = self.root / "release"  # nbgrader's generate_assignment writes here
+        self.submitted = layout.submitted
+        self.release = layout.release
         self.gradebook = self.root / "gradebook.db"
+        self.feedback = layout.feedback
+        self.autograded = layout.autograded
         # The runners' job folders: this course's own, in the system's temporary folder (the
         # sandbox shows a job at its own path, so a folder in the course would show the
         # course's path), found again by the next run to remove what a killed one left.
@@ -245,11 +283,12 @@ class Course:
 
     def autograded_notebook(self, student: str, assignment: str) -> Path:
         """nbgrader's record of the submission: the staged notebook, scored and with feedback."""
-        return notebook_path(self.root / "autograded" / student, assignment)
+        return notebook_path(self.autograded / student, assignment)
 
-    @property
-    def feedback(self) -> Path:
-        return self.root / "feedback"
+    def feedback_folder(self, student: str, assignment: str) -> Path:
+        """nbgrader's feedback page on the student's notebook, and what release_feedback
+        releases with it."""
+        return self.feedback / student / assignment
 
     @contextmanager
     def lock(self) -> Iterator[None]:
@@ -357,10 +396,16 @@ class Course:
             except MissingEntry:
                 return None
             return {
-                exercise_of_test(g.name): g.score
-                for g in notebook.grades
-                if exercise_of_test(g.name)
+                exercise_of_test(name): score
+                for name, (score, _) in cell_grades(notebook).items()
+                if exercise_of_test(name)
             }
+
+
+def cell_grades(notebook: SubmittedNotebook) -> dict[str, tuple[float | None, float]]:
+    """Each graded cell's (score, points) in a notebook the gradebook holds, by grade_id: the
+    autograder's score, or a TA's where one was given (nbgrader's `Grade.score`)."""
+    return {g.name: (g.score, g.max_score) for g in notebook.grades}
 
 
 def holds_data(path: Path) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grader.config import assignments
+from grader.course import Layout
 
 EXPECTED = "<student>/<assignment>/<assignment>.ipynb"
 TOOL_FOLDERS = {"__MACOSX", "__pycache__"}  # a zip's resource forks, Python's byte code
@@ -59,7 +60,7 @@ def layout_problem(submissions: Path, course: Path) -> str:
             f"the course folder {outer} has pattern characters ({PATTERN_CHARACTERS}), which "
             "nbgrader matches as a glob: give another --course"
         )
-    nbgraders_own = inner == outer / "submitted"  # read, never written: see autograde.Course
+    nbgraders_own = inner == Layout.of(outer).submitted  # read, never written: see autograde.Course
     if not nbgraders_own and (inner.is_relative_to(outer) or outer.is_relative_to(inner)):
         return (
             f"{submissions} and the course folder {course} must not contain one another "

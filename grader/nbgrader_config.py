@@ -10,11 +10,11 @@ release_feedback, export, formgrader in JupyterLab started here) and for `grader
 from pathlib import Path
 
 from grader.config import use_this_environment
-from grader.course import Course
+from grader.course import Course, Layout
 
 use_this_environment()  # nbgrader runs `alembic` by name: this environment's, unactivated
 course = Path(__file__).resolve().parent
 c = get_config()  # noqa: F821 (injected by traitlets)
-c.merge(Course(course, course / "source").config())  # the answer key: its own source/
+c.merge(Course(course, Layout.of(course).source).config())  # the answer key: its own source/
 # Where students fetch and submit (nbgrader's default: /srv/nbgrader/exchange):
 # c.Exchange.root = "/srv/nbgrader/exchange"

@@ -16,7 +16,14 @@ from nbgrader.utils import is_solution
 
 from grader.checks import EXERCISES
 from grader.config import SOLUTIONS
-from grader.course import SETUP_ID, answer_cell, grade_id, notebook_path
+from grader.course import (
+    SETUP_ID,
+    answer_cell,
+    grade_id,
+    nbgrader_metadata,
+    notebook_path,
+    set_nbgrader_metadata,
+)
 from grader.untrusted import read_below
 
 MAX_NOTEBOOK_BYTES = 20 << 20  # a course notebook with its plots is well under 1 MB
@@ -159,7 +166,7 @@ def restore_metadata(submitted: nbformat.NotebookNode, source: nbformat.Notebook
             continue
         match = _stripped(submitted, cell)
         if match is not None:
-            match.metadata["nbgrader"] = dict(cell.metadata["nbgrader"])
+            set_nbgrader_metadata(match, nbgrader_metadata(cell))
             restored += 1
     return restored
 
@@ -183,7 +190,7 @@ def untag_earlier_copies(notebook: nbformat.NotebookNode) -> int:
     untagged = 0
     for cell in notebook.cells:
         if grade_id(cell) and last[grade_id(cell)] is not cell:
-            del cell.metadata["nbgrader"]
+            set_nbgrader_metadata(cell, None)
             untagged += 1
     return untagged
 

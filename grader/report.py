@@ -27,7 +27,7 @@ from traitlets.config import Config
 
 from grader.autograde import EXCHANGE_FILES
 from grader.config import assignments
-from grader.course import Course
+from grader.course import Course, cell_grades, grade_id, nbgrader_metadata
 from grader.lms import LmsCsvExport
 
 HIDDEN_REGION = re.compile(r"BEGIN HIDDEN TESTS|END HIDDEN TESTS|grade\(")
@@ -93,7 +93,7 @@ def feedback_pages(course: Course, students: list[str]) -> list[Page]:
     with Gradebook(course.api().coursedir.db_url) as gradebook:
         for assignment in assignments():
             for student in students:
-                notebook = course.root / "autograded" / student / assignment / f"{assignment}.ipynb"
+                notebook = course.autograded_notebook(student, assignment)
                 if not notebook.is_file():
                     continue
                 try:
@@ -105,8 +105,8 @@ def feedback_pages(course: Course, students: list[str]) -> list[Page]:
                         student,
                         assignment,
                         notebook,
-                        course.root / "feedback" / student / assignment,
-                        {g.name: (g.score, g.max_score) for g in record.grades},
+                        course.feedback_folder(student, assignment),
+                        cell_grades(record),
                         {c.name: c.comment or "" for c in record.comments},
                         record.score,
                         record.max_score,
@@ -136,7 +136,7 @@ def write_feedback(
                 problems.append(f"{page.student}: no feedback for {page.assignment} ({error})")
             if bar:
                 bar.advance(f"{page.student}/{page.assignment}")
-    return course.root / "feedback", problems
+    return course.feedback, problems
 
 
 def _current(page: Page) -> bool:
@@ -232,12 +232,12 @@ def render_page(page: Page) -> None:
     notebook, resources = ClearHiddenTests(enforce_metadata=False).preprocess(notebook, resources)
     notebook, resources = CSSHTMLHeaderPreprocessor().preprocess(notebook, resources)
     for cell in notebook.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        grade_id = meta.get("grade_id")
-        if grade_id in page.grades:
-            meta["score"], meta["points"] = page.grades[grade_id]
-        if grade_id in page.comments:
-            meta["comment"] = page.comments[grade_id]
+        # Where nbgrader's GetGrades puts them for its feedback template.
+        meta, name = nbgrader_metadata(cell), grade_id(cell)
+        if name in page.grades:
+            meta["score"], meta["points"] = page.grades[name]
+        if name in page.comments:
+            meta["comment"] = page.comments[name]
     html, _ = _html_exporter().from_notebook_node(notebook, resources=resources)
     page.folder.mkdir(parents=True, exist_ok=True)
     _replace(page.folder / f"{page.assignment}.html", html.encode())

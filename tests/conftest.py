@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import norm_utils
+from grader.checks import run
 from grader.config import assignments
 from grader.notebook import answer_source, exercises_of, setup_code, source_notebook
 from grader.sandboxed.probe import load_answer
@@ -44,3 +45,15 @@ def answer_from(source: str, name: str) -> Any:
     namespace |= {"norm_utils": norm_utils, "nu": norm_utils}
     exec(compile(textwrap.dedent(source), f"<answer {name}>", "exec"), namespace)
     return namespace[name]
+
+
+def each_cheat(cheats: dict[str, list[str]]) -> list[tuple[str, str]]:
+    """(exercise, source) for every cheating answer in `cheats` (exercise -> sources)."""
+    return [(name, source) for name, sources in cheats.items() for source in sources]
+
+
+def assert_a_cheat_earns_nothing(exercise: Any, source: str) -> None:
+    """A library shortcut where the exercise asks for an implementation scores 0, and says why."""
+    verdict = run(exercise, answer_from(source, exercise.name), hidden=True, seed=0, source=source)
+    assert verdict.score == 0
+    assert "earns no points" in verdict.render()

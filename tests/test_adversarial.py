@@ -718,12 +718,8 @@ def test_an_answer_cannot_prepare_the_result_of_a_later_exercise(tmp_path, how):
     computed ahead) gives a later exercise points its own answer does not earn."""
     earlier, later = PREPARED[how]
     notebook = nbformat.read(SOLUTION, 4)
-    for cell in notebook.cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if grade_id == "layer_norm":
-            cell.source += "\n" + earlier
-        elif grade_id == "stable_var":
-            cell.source = later
+    answer_cell(notebook, "layer_norm").source += "\n" + earlier
+    answer_cell(notebook, "stable_var").source = later
     path = tmp_path / f"{ASSIGNMENT}.ipynb"
     nbformat.write(notebook, path)
     results = {r.name: r for r in grade_notebook(path, ASSIGNMENT, 0, sandbox=Sandbox())}
@@ -755,12 +751,9 @@ for _pid in [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not i
 
 def test_no_process_of_an_earlier_answer_is_alive_when_a_later_one_runs(tmp_path):
     notebook = nbformat.read(SOLUTION, 4)
-    for cell in notebook.cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if grade_id == "layer_norm":
-            cell.source = LEAVES_A_PROCESS + cell.source
-        elif grade_id == "stable_var":
-            cell.source = FINDS_ONE + cell.source
+    for name, code in [("layer_norm", LEAVES_A_PROCESS), ("stable_var", FINDS_ONE)]:
+        cell = answer_cell(notebook, name)
+        cell.source = code + cell.source
     path = tmp_path / f"{ASSIGNMENT}.ipynb"
     nbformat.write(notebook, path)
     results = {r.name: r for r in grade_notebook(path, ASSIGNMENT, 0, sandbox=Sandbox())}

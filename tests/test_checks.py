@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import SEEDS, answer_from
+from conftest import SEEDS, answer_from, assert_a_cheat_earns_nothing, each_cheat
 
 from grader.checks import EXERCISES, CheckFailed, check, grade, rubric, run
 from grader.checks import batch_norm as batch_norm_checks
@@ -131,6 +131,7 @@ STRUCTURE_AND_SLIP = [
     ("masked_mean_pool", "padding included in the mean", "masking by multiplication"),
     ("PostLNBlock", "Pre-LN instead of Post-LN", "GELU instead of ReLU"),
     ("PreLNBlock", "a norm missing", "GELU instead of ReLU"),
+    ("fold_batch_norm", "columns scaled", "eps outside the square root"),
 ]
 
 
@@ -192,14 +193,9 @@ CHEATS = {
 }
 
 
-@pytest.mark.parametrize(
-    ("name", "source"), [(n, s) for n, ss in CHEATS.items() for s in ss], ids=lambda v: v[:30]
-)
+@pytest.mark.parametrize(("name", "source"), each_cheat(CHEATS), ids=lambda v: v[:30])
 def test_library_normalization_where_an_implementation_is_asked_earns_zero(name, source):
-    exercise = EXERCISES[name]
-    verdict = run(exercise, answer_from(source, name), hidden=True, seed=0, source=source)
-    assert verdict.score == 0
-    assert "earns no points" in verdict.render()
+    assert_a_cheat_earns_nothing(EXERCISES[name], source)
 
 
 def test_runtime_tripwire_catches_what_the_source_scan_cannot_see():

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import answer_from
+from conftest import SEEDS, assert_a_cheat_earns_nothing, each_cheat
 from torch import nn
 
 from grader.checks import run
@@ -22,6 +22,7 @@ from grader.checks.batch_norm import (
     TORCH_MOMENTUM,
     _bn_case,
 )
+from grader.checks.batch_norm_backward import BATCH_NORM_BACKWARD
 from grader.checks.core import outputs_of, plan
 from grader.checks.group_norm import GROUP_NORM
 from grader.checks.rms_norm import RMS_NORM
@@ -145,10 +146,18 @@ CHEATS = {
 }
 
 
-@pytest.mark.parametrize(
-    ("name", "source"), [(n, s) for n, ss in CHEATS.items() for s in ss], ids=lambda v: v[:30]
-)
+@pytest.mark.parametrize(("name", "source"), each_cheat(CHEATS), ids=lambda v: v[:30])
 def test_a_library_normalization_where_one_is_to_be_built_earns_zero(name, source):
-    verdict = run(BY_NAME[name], answer_from(source, name), hidden=True, seed=0, source=source)
-    assert verdict.score == 0
-    assert "earns no points" in verdict.render()
+    assert_a_cheat_earns_nothing(BY_NAME[name], source)
+
+
+def test_grad_weight_summed_over_n_only_keeps_no_more_than_a_slip():
+    """The values sharing γ and β are the structure of batch_norm_backward: sums over N only
+    keep its cap, not the points of the checks they pass (grad_x is right)."""
+    mistakes = {m.name: m.impl for m in BATCH_NORM_BACKWARD.mistakes}
+    for seed in SEEDS:
+        wrong, slipped = (
+            run(BATCH_NORM_BACKWARD, mistakes[m], hidden=True, seed=seed, source="")
+            for m in ("sums over N only", "weight left out of grad_x")
+        )
+        assert wrong.capped and wrong.score <= slipped.score, (wrong.score, slipped.score)

@@ -22,6 +22,7 @@ from grader.checks import run, source_of
 from grader.checks.core import StudentError, outputs_of, plan
 from grader.checks.placement import EXERCISES, SWITCH_OFF
 from grader.config import RELEASE
+from grader.course import notebook_path
 from grader.notebook import answer_source, read_notebook, setup_code, source_notebook
 from grader.reference import blocks as reference
 from grader.sandboxed import probes
@@ -256,7 +257,7 @@ def test_a_student_stack_of_library_blocks_is_allowed():
 
 
 def test_the_untouched_release_fails_every_check_in_plain_words():
-    notebook = read_notebook(RELEASE / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+    notebook = read_notebook(notebook_path(RELEASE, ASSIGNMENT))
     setup = setup_code(source_notebook(ASSIGNMENT))
     for exercise in EXERCISES:
         stub = load_answer(setup, answer_source(notebook, exercise.name), exercise.name)

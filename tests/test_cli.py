@@ -17,7 +17,7 @@ from nbgrader.api import Gradebook
 from grader.autograde import discover, refused
 from grader.cli import DEFAULT_COURSE, build_parser, main
 from grader.config import DEMO_EXERCISE_SECONDS, RELEASE, REPO, assignments
-from grader.course import notebook_path
+from grader.course import Course, notebook_path
 from grader.demo import PROFILES, expected_scores, write_class
 from grader.notebook import exercises_of, source_notebook
 from grader.submission import DEFAULT_LIMITS
@@ -316,7 +316,7 @@ def test_only_the_class_is_recorded_not_litter_nor_unstorable_ids(class_run):
         ada = {a: gradebook.find_submission(a, "ada").score for a in assignments()}
     expected = expected_scores()
     assert ada == {a: sum(expected[("ada", a)].values()) for a in assignments()}
-    assert sorted(p.name for p in (course / "results").iterdir()) == CLASS
+    assert sorted(p.name for p in Course(course).results.iterdir()) == CLASS
 
 
 def test_the_command_exits_2_with_one_line_and_no_traceback(tmp_path):

@@ -18,7 +18,7 @@ from nbgrader.api import Gradebook, MissingEntry
 
 from grader.cli import main
 from grader.config import assignments
-from grader.course import Course
+from grader.course import Course, Layout, fetched_feedback, notebook_path
 from grader.demo import PROFILES, expected_scores
 from grader.lms import points_header
 from grader.report import write_feedback
@@ -52,7 +52,7 @@ def hand_in(root: Path, exchange: Path, student: str, assignment: str, profile: 
     home.mkdir(exist_ok=True)
     nbgrader("fetch_assignment", assignment, cwd=home, exchange=exchange, user=student)
     notebook = PROFILES[profile].build(assignment)
-    nbformat.write(notebook, home / assignment / f"{assignment}.ipynb")
+    nbformat.write(notebook, notebook_path(home, assignment))
     nbgrader("submit", assignment, cwd=home, exchange=exchange, user=student)
 
 
@@ -90,7 +90,7 @@ def cycle(tmp_path_factory):
     hand_in(root, exchange, "ada", FIRST, "ada")
     hand_in(root, exchange, "ben", FIRST, "ben")
     nbgrader("collect", FIRST, cwd=course, exchange=exchange)
-    before = tree(course / "submitted")
+    before = tree(Layout.of(course).submitted)
     status, output = autograde(course)
     return root, exchange, course, before, status, output
 
@@ -111,7 +111,7 @@ def test_init_refuses_a_folder_that_is_not_empty(tmp_path, capsys):
 def test_autograde_grades_what_was_handed_in_and_writes_nothing_into_submitted(cycle):
     _, _, course, before, status, output = cycle
     assert status == 0, output
-    assert tree(course / "submitted") == before
+    assert tree(Layout.of(course).submitted) == before
     assert score(course, "ada", FIRST) == sum(expected_scores()[("ada", FIRST)].values())
     assert score(course, "ben", FIRST) == 0
     assert f"ada  {', '.join(assignments()[1:])}" in output  # what it skipped, and said so
@@ -125,7 +125,7 @@ def test_nbgraders_collect_of_a_later_assignment_works_after_grading(cycle):
     hand_in(root, exchange, "ada", SECOND, "ada")
     log = nbgrader("collect", SECOND, cwd=course, exchange=exchange)
     assert "already exists" not in log
-    assert (course / "submitted" / "ada" / SECOND / f"{SECOND}.ipynb").is_file()
+    assert notebook_path(Layout.of(course).submitted / "ada", SECOND).is_file()
 
 
 def test_feedback_is_released_and_fetched_with_nbgraders_commands(cycle):
@@ -133,8 +133,8 @@ def test_feedback_is_released_and_fetched_with_nbgraders_commands(cycle):
     nbgrader("generate_feedback", FIRST, cwd=course, exchange=exchange)
     nbgrader("release_feedback", FIRST, cwd=course, exchange=exchange)
     nbgrader("fetch_feedback", FIRST, cwd=root / "ada", exchange=exchange, user="ada")
-    handed_in = (course / "submitted" / "ada" / FIRST / "timestamp.txt").read_text()
-    page = root / "ada" / FIRST / "feedback" / handed_in / f"{FIRST}.html"
+    handed_in = (Layout.of(course).submitted / "ada" / FIRST / "timestamp.txt").read_text()
+    page = fetched_feedback(root / "ada", FIRST) / handed_in / f"{FIRST}.html"
     full = sum(expected_scores()[("ada", FIRST)].values())
     assert f"Score: {full:.1f} / " in page.read_text()
 
@@ -145,7 +145,7 @@ def score_lines(page: Path) -> list[str]:
 
 def pages(course: Path) -> dict[Path, int]:
     """Each feedback page and when it was written."""
-    return {p: p.stat().st_mtime_ns for p in (course / "feedback").rglob("*.html")}
+    return {p: p.stat().st_mtime_ns for p in Layout.of(course).feedback.rglob("*.html")}
 
 
 def test_grader_feedback_gives_nbgraders_scores_and_renders_only_what_changed(cycle):
@@ -186,7 +186,7 @@ def test_zip_collect_takes_an_lms_resubmission_and_says_so(cycle):
     log = nbgrader("zip_collect", FIRST, collector, cwd=course, exchange=exchange)
     assert f"Skipped {course / 'downloaded' / FIRST / 'extracted' / first.name}" in log
     assert "resubmission 1, the latest" in log
-    collected = course / "submitted" / "77" / FIRST / f"{FIRST}.ipynb"
+    collected = notebook_path(Layout.of(course).submitted / "77", FIRST)
     assert collected.read_bytes() == latest.read_bytes()
     status, output = autograde(course, "--student", "77")
     assert status == 0, output
@@ -217,11 +217,11 @@ def test_nbgraders_autograde_grades_the_notebook_handed_in_now(cycle):
     recorded = Course(course).cell_scores("ada", FIRST)
     nbgrader("autograde", FIRST, "--student=ada", "--force", cwd=course, exchange=exchange)
     assert Course(course).cell_scores("ada", FIRST) == recorded
-    worse = course / "submitted" / "ada" / FIRST / f"{FIRST}.ipynb"
+    worse = notebook_path(Layout.of(course).submitted / "ada", FIRST)
     nbformat.write(PROFILES["ivy"].build(FIRST), worse)  # a classic mistake: fewer points
     nbgrader("autograde", FIRST, "--student=ada", "--force", cwd=course, exchange=exchange)
     assert score(course, "ada", FIRST) == sum(expected_scores()[("ivy", FIRST)].values())
-    new = course / "submitted" / "cat" / FIRST / f"{FIRST}.ipynb"
+    new = notebook_path(Layout.of(course).submitted / "cat", FIRST)
     new.parent.mkdir(parents=True)
     nbformat.write(PROFILES["ada"].build(FIRST), new)
     nbgrader("autograde", FIRST, "--student=cat", cwd=course, exchange=exchange)

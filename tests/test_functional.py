@@ -34,6 +34,9 @@ GRAD_TOL = {
 }
 DTYPES = st.sampled_from([torch.float32, torch.float64])
 SEEDS = st.integers(0, 2**31 - 1)
+# A norm over the trailing dimensions: the leading dimensions and the normalized shape
+LEAD = st.lists(st.integers(1, 3), max_size=2)
+NORMALIZED = st.lists(st.integers(1, 5), min_size=1, max_size=3)
 
 
 def randn(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 0) -> Tensor:
@@ -48,12 +51,17 @@ def value_and_grads(fn, *inputs: Tensor | None, grad_out: Tensor) -> list[Tensor
     return [out.detach()] + [None if leaf is None else leaf.grad for leaf in leaves]
 
 
-def assert_matches_torch(ours, theirs, *inputs: Tensor | None) -> None:
-    """Same output and same input gradients (``inputs[0]`` is x) through both implementations."""
+OURS = grader.reference.functional
+
+
+def assert_matches_torch(call, *inputs: Tensor | None) -> None:
+    """Same output and same input gradients (``inputs[0]`` is x) through ``call(f, *inputs)``
+    with ``f`` the reference's functional module and with ``torch.nn.functional``: the
+    reference mirrors torch's names and signatures."""
     x = inputs[0]
     grad_out = randn(*x.shape, dtype=x.dtype, seed=99)
-    expected = value_and_grads(theirs, *inputs, grad_out=grad_out)
-    actual = value_and_grads(ours, *inputs, grad_out=grad_out)
+    expected = value_and_grads(lambda *t: call(F, *t), *inputs, grad_out=grad_out)
+    actual = value_and_grads(lambda *t: call(OURS, *t), *inputs, grad_out=grad_out)
     torch.testing.assert_close(actual[0], expected[0], **TOL[x.dtype])
     for a, e in zip(actual[1:], expected[1:], strict=True):
         torch.testing.assert_close(a, e, **GRAD_TOL[x.dtype])
@@ -63,29 +71,27 @@ def maybe(t: Tensor, keep: bool) -> Tensor | None:
     return t if keep else None
 
 
+def x_weight_bias(
+    shape: list[int], params: list[int], affine: bool, dtype: torch.dtype, seed: int
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """x of ``shape``, and a weight and a bias of shape ``params`` (None unless ``affine``)."""
+    x = randn(*shape, dtype=dtype, seed=seed)
+    w = maybe(randn(*params, dtype=dtype, seed=seed + 1), affine)
+    b = maybe(randn(*params, dtype=dtype, seed=seed + 2), affine)
+    return x, w, b
+
+
 # ---------------------------------------------------------------------------------------------
 # Against torch, on random shapes and dtypes
 # ---------------------------------------------------------------------------------------------
 
 
 @settings(max_examples=30, deadline=None)
-@given(
-    lead=st.lists(st.integers(1, 3), max_size=2),
-    normalized=st.lists(st.integers(1, 5), min_size=1, max_size=3),
-    affine=st.booleans(),
-    dtype=DTYPES,
-    seed=SEEDS,
-)
+@given(lead=LEAD, normalized=NORMALIZED, affine=st.booleans(), dtype=DTYPES, seed=SEEDS)
 def test_layer_norm_matches_torch(lead, normalized, affine, dtype, seed):
-    x = randn(*lead, *normalized, dtype=dtype, seed=seed)
-    w = maybe(randn(*normalized, dtype=dtype, seed=seed + 1), affine)
-    b = maybe(randn(*normalized, dtype=dtype, seed=seed + 2), affine)
+    x, w, b = x_weight_bias([*lead, *normalized], normalized, affine, dtype, seed)
     shape = tuple(normalized)
-    assert_matches_torch(
-        lambda x, w, b: layer_norm(x, shape, w, b),
-        lambda x, w, b: F.layer_norm(x, shape, w, b),
-        *(x, w, b),
-    )
+    assert_matches_torch(lambda f, x, w, b: f.layer_norm(x, shape, w, b), x, w, b)
 
 
 @settings(max_examples=30, deadline=None)
@@ -99,14 +105,12 @@ def test_layer_norm_matches_torch(lead, normalized, affine, dtype, seed):
     seed=SEEDS,
 )
 def test_batch_norm_training_matches_torch(n, c, trailing, affine, momentum, dtype, seed):
-    x = randn(n, c, *trailing, dtype=dtype, seed=seed)
-    w = maybe(randn(c, dtype=dtype, seed=seed + 1), affine)
-    b = maybe(randn(c, dtype=dtype, seed=seed + 2), affine)
+    x, w, b = x_weight_bias([n, c, *trailing], [c], affine, dtype, seed)
     ours_stats = [randn(c, dtype=dtype, seed=seed + 3), randn(c, dtype=dtype, seed=seed + 4).exp()]
     torch_stats = [s.clone() for s in ours_stats]
+    stats = {OURS: ours_stats, F: torch_stats}
     assert_matches_torch(
-        lambda x, w, b: batch_norm(x, *ours_stats, w, b, training=True, momentum=momentum),
-        lambda x, w, b: F.batch_norm(x, *torch_stats, w, b, training=True, momentum=momentum),
+        lambda f, x, w, b: f.batch_norm(x, *stats[f], w, b, training=True, momentum=momentum),
         *(x, w, b),
     )
     # value_and_grads ran each function once, so each running statistic was updated once.
@@ -123,13 +127,10 @@ def test_batch_norm_training_matches_torch(n, c, trailing, affine, momentum, dty
     seed=SEEDS,
 )
 def test_batch_norm_eval_matches_torch(n, c, trailing, dtype, seed):
-    x = randn(n, c, *trailing, dtype=dtype, seed=seed)
-    w, b = randn(c, dtype=dtype, seed=seed + 1), randn(c, dtype=dtype, seed=seed + 2)
+    x, w, b = x_weight_bias([n, c, *trailing], [c], True, dtype, seed)
     mean, var = randn(c, dtype=dtype, seed=seed + 3), randn(c, dtype=dtype, seed=seed + 4).exp()
     assert_matches_torch(
-        lambda x, w, b: batch_norm(x, mean, var, w, b, training=False),
-        lambda x, w, b: F.batch_norm(x, mean, var, w, b, training=False),
-        *(x, w, b),
+        lambda f, x, w, b: f.batch_norm(x, mean, var, w, b, training=False), x, w, b
     )
 
 
@@ -146,14 +147,8 @@ def test_group_norm_matches_torch(n, groups_and_size, trailing, affine, dtype, s
     g, c = groups_and_size
     # Groups of one value are tested separately: there torch raises (if N = 1) or is inexact.
     assume(c // g * math.prod(trailing) > 1)
-    x = randn(n, c, *trailing, dtype=dtype, seed=seed)
-    w = maybe(randn(c, dtype=dtype, seed=seed + 1), affine)
-    b = maybe(randn(c, dtype=dtype, seed=seed + 2), affine)
-    assert_matches_torch(
-        lambda x, w, b: group_norm(x, g, w, b),
-        lambda x, w, b: F.group_norm(x, g, w, b),
-        *(x, w, b),
-    )
+    x, w, b = x_weight_bias([n, c, *trailing], [c], affine, dtype, seed)
+    assert_matches_torch(lambda f, x, w, b: f.group_norm(x, g, w, b), x, w, b)
 
 
 @settings(max_examples=20, deadline=None)
@@ -166,14 +161,8 @@ def test_group_norm_matches_torch(n, groups_and_size, trailing, affine, dtype, s
     seed=SEEDS,
 )
 def test_instance_norm_matches_torch(n, c, trailing, affine, dtype, seed):
-    x = randn(n, c, *trailing, dtype=dtype, seed=seed)
-    w = maybe(randn(c, dtype=dtype, seed=seed + 1), affine)
-    b = maybe(randn(c, dtype=dtype, seed=seed + 2), affine)
-    assert_matches_torch(
-        lambda x, w, b: instance_norm(x, weight=w, bias=b),
-        lambda x, w, b: F.instance_norm(x, weight=w, bias=b),
-        *(x, w, b),
-    )
+    x, w, b = x_weight_bias([n, c, *trailing], [c], affine, dtype, seed)
+    assert_matches_torch(lambda f, x, w, b: f.instance_norm(x, weight=w, bias=b), x, w, b)
 
 
 def test_group_norm_with_one_value_per_group_gives_the_bias():
@@ -203,22 +192,17 @@ def test_instance_norm_running_stats_match_torch():
 
 @settings(max_examples=30, deadline=None)
 @given(
-    lead=st.lists(st.integers(1, 3), max_size=2),
-    normalized=st.lists(st.integers(1, 5), min_size=1, max_size=3),
+    lead=LEAD,
+    normalized=NORMALIZED,
     affine=st.booleans(),
     eps=st.sampled_from([None, 1e-6, 0.1]),
     dtype=DTYPES,
     seed=SEEDS,
 )
 def test_rms_norm_matches_torch(lead, normalized, affine, eps, dtype, seed):
-    x = randn(*lead, *normalized, dtype=dtype, seed=seed)
-    w = maybe(randn(*normalized, dtype=dtype, seed=seed + 1), affine)
+    x, w, _ = x_weight_bias([*lead, *normalized], normalized, affine, dtype, seed)
     shape = tuple(normalized)
-    assert_matches_torch(
-        lambda x, w: rms_norm(x, shape, w, eps),
-        lambda x, w: F.rms_norm(x, shape, w, eps),
-        *(x, w),
-    )
+    assert_matches_torch(lambda f, x, w: f.rms_norm(x, shape, w, eps), x, w)
 
 
 def test_rms_norm_default_eps_is_the_dtype_epsilon():
@@ -229,17 +213,10 @@ def test_rms_norm_default_eps_is_the_dtype_epsilon():
 
 
 @settings(max_examples=25, deadline=None)
-@given(
-    lead=st.lists(st.integers(1, 3), max_size=2),
-    normalized=st.lists(st.integers(1, 5), min_size=1, max_size=3),
-    affine=st.booleans(),
-    seed=SEEDS,
-)
+@given(lead=LEAD, normalized=NORMALIZED, affine=st.booleans(), seed=SEEDS)
 def test_layer_norm_backward_matches_autograd(lead, normalized, affine, seed):
     dtype = torch.float64
-    x = randn(*lead, *normalized, dtype=dtype, seed=seed)
-    w = maybe(randn(*normalized, dtype=dtype, seed=seed + 1), affine)
-    b = maybe(randn(*normalized, dtype=dtype, seed=seed + 2), affine)
+    x, w, b = x_weight_bias([*lead, *normalized], normalized, affine, dtype, seed)
     grad_out = randn(*x.shape, dtype=dtype, seed=seed + 3)
     shape = tuple(normalized)
     _, *expected = value_and_grads(
@@ -332,9 +309,7 @@ def test_constant_rows_give_the_bias(value):
 def test_single_feature_gives_the_bias():
     x, w, b = randn(4, 1, seed=1), randn(1, seed=2), randn(1, seed=3)
     torch.testing.assert_close(layer_norm(x, 1, w, b), b.expand(4, 1))
-    assert_matches_torch(
-        lambda x, w, b: layer_norm(x, 1, w, b), lambda x, w, b: F.layer_norm(x, (1,), w, b), x, w, b
-    )
+    assert_matches_torch(lambda f, x, w, b: f.layer_norm(x, (1,), w, b), x, w, b)
 
 
 def test_batch_norm_with_two_samples_matches_torch():

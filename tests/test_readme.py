@@ -25,6 +25,7 @@ import pytest
 
 from grader.cli import build_parser
 from grader.config import REPO, assignments
+from grader.course import Layout, fetched_feedback, notebook_path
 from grader.demo import PROFILES, expected_scores, write_class
 from grader.sandbox import available
 
@@ -134,7 +135,7 @@ def test_the_instructor_commands_run_as_written_in_order(tmp_path):
     for argv in INSTRUCTOR:
         done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, (argv, done.stdout, done.stderr)
-    assert len(list((tmp_path / "course" / "feedback").rglob("*.html"))) == len(assignments())
+    assert len(list(Layout.of(tmp_path / "course").feedback.rglob("*.html"))) == len(assignments())
     (ada,) = csv.DictReader((tmp_path / "grades.csv").open())
     full = sum(
         sum(scores.values()) for scores in expected_scores({"ada": PROFILES["ada"]}).values()
@@ -174,13 +175,13 @@ def test_the_nbgrader_course_walk_runs_as_written_in_order(tmp_path):
             continue
         if argv[1] == "collect":
             nbgrader_as("ada", "fetch_assignment", assignment, cwd=ada, exchange=exchange)
-            answered = ada / assignment / f"{assignment}.ipynb"
+            answered = notebook_path(ada, assignment)
             nbformat.write(PROFILES["ivy"].build(assignment), answered)  # a classic mistake
             nbgrader_as("ada", "submit", assignment, cwd=ada, exchange=exchange)
         done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, (argv, done.stdout, done.stderr)
     nbgrader_as("ada", "fetch_feedback", assignment, cwd=ada, exchange=exchange)
-    (page,) = (ada / assignment / "feedback").rglob(f"{assignment}.html")
+    (page,) = fetched_feedback(ada, assignment).rglob(f"{assignment}.html")
     assert DIAGNOSED in html.unescape(page.read_text())
     (row,) = csv.DictReader((cwd / "grades.csv").open())
     score = sum(expected_scores({"ivy": PROFILES["ivy"]})[("ivy", assignment)].values())

@@ -13,7 +13,7 @@ import pytest
 
 from grader.checks import EXERCISES
 from grader.config import REPO, SOLUTIONS, assignments
-from grader.course import grade_id, grade_id_of_tests, notebook_path
+from grader.course import grade_id, grade_id_of_tests, nbgrader_metadata, notebook_path
 from grader.notebook import exercises_of, source_notebook
 from grader.release import stale_files
 
@@ -49,7 +49,7 @@ def test_test_cell_points_equal_the_checks_points(assignment):
     notebook = source_notebook(assignment)
     cells = {grade_id(c): c for c in notebook.cells}
     for name in exercises_of(notebook):
-        points = cells[grade_id_of_tests(name)].metadata.nbgrader["points"]
+        points = nbgrader_metadata(cells[grade_id_of_tests(name)])["points"]
         assert points == EXERCISES[name].points, name
 
 

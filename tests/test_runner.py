@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grader.config import REPO
+from grader.config import SOLUTIONS
+from grader.course import notebook_path
 from grader.sandbox import RUNNER_MODULE, SANDBOXED
 from grader.sandboxed import record
 from grader.submission import grade_notebook
@@ -57,7 +58,7 @@ class GraderHidden:
 
 
 def test_the_runner_grades_with_the_grader_unimportable(tmp_path):
-    notebook = REPO / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    notebook = notebook_path(SOLUTIONS, ASSIGNMENT)
     results = grade_notebook(notebook, ASSIGNMENT, seed=0, sandbox=GraderHidden(tmp_path))
     assert [(r.name, r.score) for r in results] == [(r.name, r.max_score) for r in results]
 

@@ -73,9 +73,11 @@ NORM_UTILS = Family(
                 "_per_channel",
                 "_affine",
                 "_update_running_stats",
+                "_normalization_backward",
                 "layer_norm",
                 "layer_norm_backward",
                 "batch_norm",
+                "batch_norm_backward",
                 "group_norm",
                 "instance_norm",
                 "rms_norm",
@@ -186,6 +188,18 @@ VARIANCE = Family(
         "prims::var",
     ),
     python=("torch._refs:var", "torch._refs:var_mean", "torch._refs:std", "torch._refs:std_mean"),
+)
+
+# An evaluation-mode BatchNorm folded into the layer before it: the library's fusion utilities
+# (torch.ao.quantization's fusers call these) and the course's reference.
+BN_FOLDING = Family(
+    python=(
+        "torch.nn.utils.fusion:fuse_linear_bn_eval",
+        "torch.nn.utils.fusion:fuse_linear_bn_weights",
+        "torch.nn.utils.fusion:fuse_conv_bn_eval",
+        "torch.nn.utils.fusion:fuse_conv_bn_weights",
+        "grader.reference.fusion:fold_batch_norm",
+    ),
 )
 
 MASKED_MEAN = Family(

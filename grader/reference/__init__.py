@@ -4,22 +4,26 @@ They mirror their namesakes in :mod:`torch.nn.functional` and are held against P
 tests. They live with the grader, not in `norm_utils` (the package the notebooks' demos import),
 so that the demos hand out no answers; an answer cell may not import the grader.
 
-- `functional`: layer_norm, layer_norm_backward, batch_norm, group_norm, instance_norm, rms_norm
+- `functional`: layer_norm, layer_norm_backward, batch_norm, batch_norm_backward, group_norm,
+  instance_norm, rms_norm
+- `fusion`: fold_batch_norm, an evaluation-mode BatchNorm folded into the layer before it
 - `modules`: BatchNorm, a stateful twin of nn.BatchNorm1d
 - `masking`: lengths_to_mask, masked_mean, masked_batch_norm
 - `blocks`: PostLNBlock, PreLNBlock
 """
 
-from grader.reference import blocks, functional, masking, modules
+from grader.reference import blocks, functional, fusion, masking, modules
 from grader.reference.blocks import PostLNBlock, PreLNBlock
 from grader.reference.functional import (
     batch_norm,
+    batch_norm_backward,
     group_norm,
     instance_norm,
     layer_norm,
     layer_norm_backward,
     rms_norm,
 )
+from grader.reference.fusion import fold_batch_norm
 from grader.reference.masking import lengths_to_mask, masked_batch_norm, masked_mean
 from grader.reference.modules import BatchNorm
 
@@ -28,8 +32,11 @@ __all__ = [
     "PostLNBlock",
     "PreLNBlock",
     "batch_norm",
+    "batch_norm_backward",
     "blocks",
+    "fold_batch_norm",
     "functional",
+    "fusion",
     "group_norm",
     "instance_norm",
     "layer_norm",

@@ -20,6 +20,7 @@ from torch import Tensor
 
 __all__ = [
     "batch_norm",
+    "batch_norm_backward",
     "group_norm",
     "instance_norm",
     "layer_norm",
@@ -133,6 +134,27 @@ def _update_running_stats(
     """
     running_mean.mul_(1 - momentum).add_(momentum * mean)
     running_var.mul_(1 - momentum).add_(momentum * var * n / (n - 1))
+
+
+def _normalization_backward(
+    grad_out: Tensor, x: Tensor, dims: tuple[int, ...], weight: Tensor | None, eps: float
+) -> tuple[Tensor, Tensor]:
+    """``(grad_x, x_hat)`` of a normalization whose statistics run over ``dims``, in float64;
+    ``weight`` broadcasts against ``x`` (or is None). The two subtracted means are the paths
+    through the mean and through the variance."""
+    if grad_out.shape != x.shape:
+        raise ValueError(
+            f"grad_out of shape {tuple(grad_out.shape)} does not match input of shape "
+            f"{tuple(x.shape)}"
+        )
+    mean, var = _moments(x, dims)
+    rstd = torch.rsqrt(var + eps)
+    x_hat = (x - mean) * rstd
+    g = grad_out if weight is None else grad_out * weight
+    grad_x = rstd * (
+        g - g.mean(dim=dims, keepdim=True) - x_hat * (g * x_hat).mean(dim=dims, keepdim=True)
+    )
+    return grad_x, x_hat
 
 
 # ---------------------------------------------------------------------------------------------
@@ -467,22 +489,53 @@ def layer_norm_backward(
         >>> torch.allclose(grad_x, x.grad)
         True
     """
-    if grad_out.shape != x.shape:
-        raise ValueError(
-            f"grad_out of shape {tuple(grad_out.shape)} does not match input of shape "
-            f"{tuple(x.shape)}"
-        )
     dims = _normalized_dims(x, normalized_shape, weight, None)
-    mean, var = _moments(x, dims)
-    rstd = torch.rsqrt(var + eps)
-    x_hat = (x - mean) * rstd
-    g = grad_out if weight is None else grad_out * weight
-    grad_x = rstd * (
-        g - g.mean(dim=dims, keepdim=True) - x_hat * (g * x_hat).mean(dim=dims, keepdim=True)
-    )
+    grad_x, x_hat = _normalization_backward(grad_out, x, dims, weight, eps)
     if weight is None:
         return grad_x.to(x.dtype), None, None
     # sum_to_size undoes the broadcast of weight over the leading dims (there may be none).
     grad_weight = (grad_out * x_hat).sum_to_size(weight.shape)
     grad_bias = grad_out.to(torch.float64).sum_to_size(weight.shape)
+    return grad_x.to(x.dtype), grad_weight.to(weight.dtype), grad_bias.to(weight.dtype)
+
+
+def batch_norm_backward(
+    grad_out: Tensor, x: Tensor, weight: Tensor | None = None, eps: float = 1e-5
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    r"""Gradients of :func:`batch_norm` in training mode (batch statistics), without autograd.
+
+    The closed form of :func:`layer_norm_backward` with the statistics' set changed: the means
+    :math:`\langle\cdot\rangle` run over every dim except dim 1 (the channel's :math:`n = N
+    \cdot L` values), and so do the sums giving :math:`\partial L / \partial \gamma` and
+    :math:`\partial L / \partial \beta`.
+
+    Args:
+        grad_out: gradient of the loss with respect to the output of :func:`batch_norm`.
+        x: the input that was passed to :func:`batch_norm` with ``training=True``.
+        weight: :math:`\gamma`, of shape (C,), or ``None``.
+        eps: as for :func:`batch_norm`.
+
+    Returns:
+        ``(grad_x, grad_weight, grad_bias)``; the last two are ``None`` when ``weight`` is.
+
+    Shape:
+        - grad_out, x, grad_x: :math:`(N, C)` or :math:`(N, C, L)`
+        - grad_weight, grad_bias: :math:`(C,)`
+
+    Example::
+
+        >>> x = torch.randn(8, 3, dtype=torch.float64, requires_grad=True)
+        >>> grad_out = torch.randn(8, 3, dtype=torch.float64)
+        >>> batch_norm(x, None, None, training=True).backward(grad_out)
+        >>> grad_x, _, _ = batch_norm_backward(grad_out, x.detach())
+        >>> torch.allclose(grad_x, x.grad)
+        True
+    """
+    _check_channels(x, weight, None)
+    dims = (0, *range(2, x.dim()))
+    grad_x, x_hat = _normalization_backward(grad_out, x, dims, _per_channel(weight, x.dim()), eps)
+    if weight is None:
+        return grad_x.to(x.dtype), None, None
+    grad_weight = (grad_out * x_hat).sum(dims)
+    grad_bias = grad_out.to(torch.float64).sum(dims)
     return grad_x.to(x.dtype), grad_weight.to(weight.dtype), grad_bias.to(weight.dtype)

@@ -44,15 +44,30 @@ def probe_var(stable_var, a: Arrays) -> Arrays:
     return {"var": stable_var(x, dim=int(a["dim"]))}
 
 
-def probe_backward(layer_norm_backward, a: Arrays) -> Arrays:
-    grad_out, x, weight = tensors(a, "grad_out", "x", "weight")
-    shape = shape_argument(a["normalized_shape"])
-    grads = layer_norm_backward(grad_out, x, shape, weight, eps=float(a["eps"]))
+def _gradients(grads, weight) -> Arrays:
+    """A backward exercise's `(grad_x, grad_weight, grad_bias)`, by name."""
     names = ("grad_x", "grad_weight", "grad_bias")
     out = {n: g for n, g in zip(names, grads, strict=True) if g is not None}
     if weight is None:  # the exercise promises None for both, not gradients of a missing weight
         out["whether grad_weight and grad_bias are None"] = np.array(len(out) == 1)
     return out
+
+
+def probe_backward(layer_norm_backward, a: Arrays) -> Arrays:
+    grad_out, x, weight = tensors(a, "grad_out", "x", "weight")
+    shape = shape_argument(a["normalized_shape"])
+    return _gradients(layer_norm_backward(grad_out, x, shape, weight, eps=float(a["eps"])), weight)
+
+
+def probe_batch_norm_backward(batch_norm_backward, a: Arrays) -> Arrays:
+    grad_out, x, weight = tensors(a, "grad_out", "x", "weight")
+    return _gradients(batch_norm_backward(grad_out, x, weight, eps=float(a["eps"])), weight)
+
+
+def probe_fold(fold_batch_norm, a: Arrays) -> Arrays:
+    names = ("weight", "bias", "running_mean", "running_var", "gamma", "beta")
+    folded = fold_batch_norm(*tensors(a, *names), eps=float(a["eps"]))
+    return dict(zip(("folded weight", "folded bias"), folded, strict=True))
 
 
 def snapshot(value) -> np.ndarray:
@@ -276,6 +291,8 @@ PROBES = {
         probe_layer_norm,
         probe_var,
         probe_backward,
+        probe_batch_norm_backward,
+        probe_fold,
         probe_batch_norm,
         probe_torch_momentum,
         probe_predict,

@@ -1,0 +1,96 @@
+"""Run All on the student release with no exercise answered: every demo and experiment runs.
+
+After an exercise, a cell uses the student's function once it is written and the library's
+until then, saying so in one line (`norm_utils.answers.yours_or`), so that a student can preview
+a whole notebook before answering anything. Each released notebook is executed as a kernel runs
+it (nbclient, every cell, errors recorded rather than stopping the run); only an exercise's own
+check cell may report it, and it says that the exercise is not implemented yet. What a demo
+falls back on is the library's own version, which the exercise forbids: as an answer it earns
+nothing, so the release hands out no answer in a demo.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from grader.checks import EXERCISES, run
+from grader.config import RELEASE, assignments
+from grader.course import is_test_cell, notebook_path
+from grader.notebook import setup_code, source_notebook
+
+NOT_IMPLEMENTED = "not implemented yet"
+
+
+def _text(cell: nbformat.NotebookNode) -> str:
+    """What a code cell showed: its streams, results and errors."""
+    parts = []
+    for out in cell.get("outputs", []):
+        parts.append(out.get("text", "") or out.get("data", {}).get("text/plain", ""))
+        if out.output_type == "error":
+            parts.append(f"{out.ename}: {out.evalue}")
+    return "".join(parts)
+
+
+def _run_all(assignment: str) -> nbformat.NotebookNode:
+    path = notebook_path(RELEASE, assignment)
+    notebook = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        notebook,
+        timeout=300,
+        kernel_name="python3",
+        allow_errors=True,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
+    return client.execute()
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_run_all_on_the_unanswered_release_stops_at_nothing(assignment):
+    cells = [c for c in _run_all(assignment).cells if c.cell_type == "code"]
+    errors = {
+        i: _text(c)
+        for i, c in enumerate(cells)
+        if not is_test_cell(c) and any(o.output_type == "error" for o in c.outputs)
+    }
+    assert errors == {}, "a cell outside the checks failed with every exercise unanswered"
+    checks = [_text(c) for c in cells if is_test_cell(c)]
+    assert checks and all(NOT_IMPLEMENTED in text for text in checks)
+    # each cell that falls back says so, once
+    fallbacks = [_text(c) for c in cells if "yours_or(" in c.source]
+    assert fallbacks and all(t.count(f"{NOT_IMPLEMENTED}: this cell uses") == 1 for t in fallbacks)
+
+
+def _fallbacks(assignment: str) -> list[tuple[str, Any, str]]:
+    """(exercise, what its demo falls back on, the demo cell's source) for every
+    `yours_or(answer, library, ...)` of the solution notebook, with the functions its demo cells
+    define run after the imports cell."""
+    notebook = source_notebook(assignment)
+    namespace: dict[str, Any] = {"__name__": "__demo__"}
+    exec(setup_code(notebook), namespace)
+    found = []
+    for cell in notebook.cells:
+        if cell.cell_type != "code" or "yours_or(" not in cell.source:
+            continue
+        tree = ast.parse(cell.source)
+        defs = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
+        exec(compile(ast.Module(defs, type_ignores=[]), "<demo>", "exec"), namespace)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "yours_or":
+                answer, library = node.args[:2]
+                fallback = eval(compile(ast.Expression(library), "<demo>", "eval"), namespace)
+                found.append((answer.id, fallback, cell.source))
+    return found
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_what_a_demo_falls_back_on_earns_nothing_as_an_answer(assignment):
+    fallbacks = _fallbacks(assignment)
+    assert fallbacks
+    for name, library, source in fallbacks:
+        verdict = run(EXERCISES[name], library, hidden=False, seed=0, source=source)
+        assert verdict.integrity and verdict.score == 0, verdict.render()
