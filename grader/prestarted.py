@@ -23,10 +23,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from grader.config import PRESTART_KILLED_SECONDS, PRESTART_SECONDS
 from grader.sandbox import SANDBOX_ENV, Sandbox, runner_env, setup_cells
 
-START_SECONDS = 120  # Python, torch and the imports cells, on a loaded machine
-KILLED_SECONDS = 10  # for a killed student's sandbox to be gone, its pipes closed
 TAIL_CHARS = 300
 
 
@@ -54,7 +53,7 @@ class Prestarted:
             )
         try:
             self.control.sendall(json.dumps(setup_cells(sandbox.source)).encode())
-            ready, _, _ = select.select([self.control], [], [], START_SECONDS)
+            ready, _, _ = select.select([self.control], [], [], PRESTART_SECONDS)
             said = self.control.recv(64) if ready else b""
         except OSError:
             said = b""
@@ -90,7 +89,7 @@ class Prestarted:
         """Hang up (the runner exits), kill what is left, remove its folder."""
         self.control.close()
         try:
-            self.process.wait(timeout=KILLED_SECONDS)
+            self.process.wait(timeout=PRESTART_KILLED_SECONDS)
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
@@ -133,7 +132,7 @@ def _exchange(
             left = deadline - time.monotonic()
             if left <= 0 and not killed:
                 kill()
-                killed, deadline = True, time.monotonic() + KILLED_SECONDS
+                killed, deadline = True, time.monotonic() + PRESTART_KILLED_SECONDS
                 continue
             if left <= 0:
                 break  # killed and still not closed: give up on what is left
