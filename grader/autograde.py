@@ -4,7 +4,9 @@ Two phases per submission, pipelined:
 1. grade (in worker threads, each driving a runner process): plan, run, judge; the result is
    written atomically to `results/<student>/<assignment>.json`;
 2. record (in the main thread only, the gradebook's single writer): nbgrader's `autograde` with
-   `InjectResults` in place of `Execute`, then a `.graded` stamp holding the submission's hash.
+   `InjectResults` in place of `Execute`, then a `.graded` stamp holding the submission's hash;
+   the whole batch through one gradebook session (`one_gradebook_session`).
+Each worker's runners are forked from a pre-started one (grader.prestarted), graded as root.
 A re-run skips every submission whose stamp matches its current hash, so an interrupted batch
 loses no finished grade and re-grading an unchanged class changes nothing.
 
@@ -18,6 +20,7 @@ while the course says it graded notebooks is refused (`GradebookLost`), never re
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import shutil
 import signal
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 
 import nbformat
+from nbgrader.api import Gradebook
 from nbgrader.apps import NbGraderAPI
 
 import grader.sandbox  # Sandbox is looked up when grading: a test can make it unavailable
@@ -53,6 +57,7 @@ from grader.course import (
 from grader.discovery import student_folders
 from grader.notebook import Submission, read_notebook
 from grader.notebook import fingerprint as notebook_fingerprint
+from grader.prestarted import prestarted
 from grader.sandbox import Sandbox, SandboxUnavailable
 from grader.submission import (
     DEFAULT_LIMITS,
@@ -273,6 +278,60 @@ def record(task: Task, course: Course, api: NbGraderAPI, submission: Submission)
     return Outcome(task, score=results.score, max_score=results.max_score)
 
 
+# nbgrader's modules that open the gradebook while its `autograde` records one notebook: nine
+# times a notebook, each a new engine, schema check and session.
+RECORDING_MODULES = (
+    "nbgrader.converters.autograde",
+    "nbgrader.preprocessors.overwritekernelspec",
+    "nbgrader.preprocessors.overwritecells",
+    "nbgrader.preprocessors.saveautogrades",
+    "nbgrader.preprocessors.latesubmissions",
+)
+
+
+class _Kept:
+    """One gradebook as nbgrader's recording code uses it, kept open for the batch: its `close`
+    (and the end of a `with`) only ends the transaction, as closing its session would."""
+
+    def __init__(self, gradebook: Gradebook) -> None:
+        self._gradebook = gradebook
+
+    def __getattr__(self, name: str):
+        return getattr(self._gradebook, name)
+
+    def __enter__(self) -> _Kept:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._gradebook.db.rollback()  # what is committed stays; what is not is dropped
+
+
+@contextmanager
+def one_gradebook_session() -> Iterator[None]:
+    """While recording a batch (in this thread only), every gradebook nbgrader's `autograde`
+    opens is one, opened once per database and course."""
+    opened: dict[tuple[str, str], Gradebook] = {}
+
+    def kept(db_url: str, course_id: str = "default_course", authenticator=None) -> _Kept:
+        if (db_url, course_id) not in opened:
+            opened[(db_url, course_id)] = Gradebook(db_url, course_id, authenticator)
+        return _Kept(opened[(db_url, course_id)])
+
+    modules = {importlib.import_module(name): kept for name in RECORDING_MODULES}
+    for module in modules:
+        modules[module], module.Gradebook = module.Gradebook, kept
+    try:
+        yield
+    finally:
+        for module, previous in modules.items():
+            module.Gradebook = previous
+        for gradebook in opened.values():
+            gradebook.close()
+
+
 class Progress:
     """One status line: notebooks and students done, failures, time left (a log line per
     notebook when the output is not a terminal)."""
@@ -348,7 +407,8 @@ def autograde(
                 else:
                     todo.append(task)
             run = _Run(course, course.api(), jobs, seed, limits, sandbox)
-            outcomes += run.grade_and_record(todo, Progress(todo) if progress else None)
+            with prestarted(sandbox, course.scratch), one_gradebook_session():
+                outcomes += run.grade_and_record(todo, Progress(todo) if progress else None)
             _stop_point()
             return sorted(outcomes, key=lambda o: (o.task.student, o.task.assignment))
         finally:
@@ -379,7 +439,9 @@ class _Run:
             for future in as_completed(futures):
                 if RUNNERS.stopping.is_set():
                     break
-                for outcome in _record_all(futures[future], future, self.course, self.api):
+                # Popped: a student's notebooks, as read, are kept no longer than recorded.
+                tasks = futures.pop(future)
+                for outcome in _record_all(tasks, future, self.course, self.api):
                     outcomes.append(outcome)
                     if bar:
                         bar.advance(outcome)

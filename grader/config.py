@@ -34,6 +34,10 @@ EXERCISE_FILE_MB = 64
 # Per sandbox uid: processes and threads a student's code may hold.
 SANDBOX_PROCESSES = 64
 SANDBOX_TMP_BYTES = 256 << 20  # the sandbox's private /tmp
+# A worker's pre-started runner (grader.prestarted): Python, torch and the imports cells, on a
+# loaded machine; and the wait for a killed student's sandbox to be gone, its pipes closed.
+PRESTART_SECONDS = 120
+PRESTART_KILLED_SECONDS = 10
 # Seconds nbgrader's own Execute may run one cell (`nbgrader autograde`, `nbgrader validate`).
 CELL_SECONDS = 60
 

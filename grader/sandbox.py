@@ -60,6 +60,9 @@ RUNNER_PACKAGES = ("norm_utils", "torch", "numpy", "matplotlib")
 # Where the runner's package is shown, and the runner as the sandbox names it.
 RUNNER_ROOT = Path("/run/grader-runner")
 RUNNER_MODULE = "sandboxed.runner"
+PRESTARTED_MODULE = "sandboxed.zygote"
+# What the sandbox adds to the runner's environment (see runner_env).
+SANDBOX_ENV = {"GRADER_SANDBOX": "1", "PYTHONPATH": str(RUNNER_ROOT)}
 SANDBOXED = Path(__file__).parent / "sandboxed"
 # Where the runner finds things, asked of this interpreter with the runner's own environment.
 WHERE_PROBE = """
@@ -89,7 +92,12 @@ class Sandbox:
                 "bubblewrap is not installed (apt-get install bubblewrap); refusing to run "
                 "student code without a sandbox unless given --unsafe-no-sandbox"
             )
+        self.source = source
         self.as_root = os.geteuid() == 0
+        # Graded as root, a batch's runners are forked from pre-started ones (grader.prestarted),
+        # kept in `pool` while it is graded.
+        self.prestart = self.as_root
+        self.pool = None
         # Seeded from the clock and the pid, so two runs start far apart in the range.
         start = (time.time_ns() ^ os.getpid() << 32) % len(UIDS)
         self._counter = itertools.count(start)  # next() on it is atomic: threads share it
@@ -116,7 +124,7 @@ class Sandbox:
         code (its imports and every notebook's imports cell). If it cannot, every student would
         get 0 for the grader's own fault: refuse, and say why."""
         runner = f"import {RUNNER_MODULE}"
-        probe = [sys.executable, "-P", "-c", "\n".join([runner, *_setup_cells(source)])]
+        probe = [sys.executable, "-P", "-c", "\n".join([runner, *setup_cells(source)])]
         with tempfile.TemporaryDirectory(prefix="grader-probe-") as job:
             done = subprocess.run(
                 self.command(probe, Path(job)),
@@ -148,9 +156,9 @@ class Sandbox:
             f"the sandboxed runner cannot start, so every student would score 0 ({reason}). {hint}"
         )
 
-    def _uid_for(self, job: Path) -> int:
+    def uid_for(self, job: Path) -> int:
         """The job's own uid when the runner is started again on it (what the previous one
-        left belongs to that uid), otherwise a uid no runner had yet."""
+        left belongs to that uid), otherwise a uid no runner had yet; `job` is given to it."""
         owner = job.stat().st_uid
         if owner in self._given:
             return owner
@@ -164,7 +172,7 @@ class Sandbox:
         working directory."""
         drop = []
         if self.as_root:  # root ignores RLIMIT_NPROC: the runner gets an unprivileged uid
-            uid = self._uid_for(job)
+            uid = self.uid_for(job)
             drop = [
                 "setpriv",
                 f"--reuid={uid}",
@@ -173,6 +181,17 @@ class Sandbox:
                 "--inh-caps=-all",
                 "--bounding-set=-all",
             ]
+        # bubblewrap mounts as the caller; the uid is dropped inside, just before the runner.
+        return [*self._bwrap(job), "--chdir", str(job), *drop, *command]
+
+    def prestart_command(self, root: Path) -> list[str]:
+        """The command line of a pre-started runner (see grader.sandboxed.zygote) whose students'
+        job folders are made in `root`: the sandbox of `command`, keeping root's capabilities
+        there to make each student's sandbox afresh. Only as root."""
+        zygote = [sys.executable, "-P", "-m", PRESTARTED_MODULE, str(root), str(SANDBOX_TMP_BYTES)]
+        return [*self._bwrap(root), "--cap-add", "ALL", "--chdir", "/", *zygote]
+
+    def _bwrap(self, writable: Path) -> list[str]:
         bwrap = [
             "bwrap",
             "--dev", "/dev",
@@ -183,14 +202,11 @@ class Sandbox:
             "--unshare-ipc",
             "--die-with-parent",
             "--new-session",
-            "--setenv", "GRADER_SANDBOX", "1",
-            "--setenv", "PYTHONPATH", str(RUNNER_ROOT),
         ]  # fmt: skip
-        bwrap += mounts(self.visible, writable=job)
+        bwrap += [a for name, value in SANDBOX_ENV.items() for a in ("--setenv", name, value)]
+        bwrap += mounts(self.visible, writable=writable)
         bwrap += runner_package()
-        bwrap += [a for folder in self.masked for a in ("--tmpfs", str(folder))]
-        # bubblewrap mounts as the caller; the uid is dropped inside, just before the runner.
-        return [*bwrap, "--chdir", str(job), *drop, *command]
+        return bwrap + [a for folder in self.masked for a in ("--tmpfs", str(folder))]
 
 
 def runner_env(job: Path) -> dict[str, str]:
@@ -231,7 +247,7 @@ def _imports_grader(node: ast.stmt) -> bool:
     return any(m.split(".")[0] in ("grader", "normcheck") for m in modules)
 
 
-def _setup_cells(source: Path) -> list[str]:
+def setup_cells(source: Path) -> list[str]:
     from grader.notebook import setup_code, source_notebook  # it needs the checks: import late
 
     return [runner_setup(setup_code(source_notebook(a, source))) for a in assignments()]

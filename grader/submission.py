@@ -18,8 +18,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -36,6 +36,7 @@ from grader.config import (
 )
 from grader.course import Diagnosis, ExerciseResult
 from grader.notebook import Submission
+from grader.prestarted import Prestarted, PrestartFailed
 from grader.sandbox import RUNNER_MODULE, Sandbox, runner_env, runner_setup
 from grader.sandboxed import record
 from normcheck.integrity import forbidden_uses, integrity_message
@@ -52,31 +53,32 @@ class Stopped(GraderFault):
 
 
 class Runners:
-    """The runner processes alive, so that a stop can kill them all at once."""
+    """The runners alive, each by the function that kills it (with everything it started), so
+    that a stop can kill them all at once."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._alive: set[subprocess.Popen] = set()
+        self._alive: set[Callable[[], None]] = set()
         self.stopping = threading.Event()
 
     @contextmanager
-    def track(self, process: subprocess.Popen) -> Iterator[None]:
+    def track(self, kill: Callable[[], None]) -> Iterator[None]:
         with self._lock:
-            self._alive.add(process)
+            self._alive.add(kill)
             if self.stopping.is_set():  # raced with stop(): it did not see this one
-                _kill_group(process)
+                kill()
         try:
             yield
         finally:
             with self._lock:
-                self._alive.discard(process)
+                self._alive.discard(kill)
 
     def stop(self) -> None:
-        """Kill every runner (each in its own process group) and refuse to start new ones."""
+        """Kill every runner and refuse to start new ones."""
         with self._lock:
             self.stopping.set()
-            for process in self._alive:
-                _kill_group(process)
+            for kill in self._alive:
+                kill()
 
     def reset(self) -> None:
         self.stopping.clear()
@@ -143,20 +145,32 @@ def _outputs(name: str, cases: int, frame: bytes | None) -> tuple[list[Outputs],
 
 
 def run_job(
-    job: Path, frames: bytes, limits: Limits, sandbox: Sandbox | None, cases: int
+    job: Path,
+    frames: bytes,
+    limits: Limits,
+    sandbox: Sandbox | None,
+    cases: int,
+    prestarted: Prestarted | None = None,
 ) -> list[tuple[str, bytes | None]]:
-    """Start the runner in the folder `job` (in the sandbox, if any), send it `frames` and wait,
-    killing it if it overruns; returns the exercises it started, in order, each with the frame
-    of its result (None: it took the runner down, so it has none). Raises GraderFault when the
-    runner failed before any student code ran, or said it could not do its part."""
+    """Start the runner in the folder `job` (in the sandbox, if any; forked from `prestarted`,
+    if given, `job` in its folder), send it `frames` and wait, killing it if it overruns;
+    returns the exercises it started, in order, each with the frame of its result (None: it
+    took the runner down, so it has none). Raises GraderFault when the runner failed before
+    any student code ran, or said it could not do its part."""
     if RUNNERS.stopping.is_set():
         raise Stopped("the grader was stopped")
     timeout = limits.wall_seconds * max(cases, 1) + RUNNER_GRACE_SECONDS
     module = "grader.sandboxed.runner" if sandbox is None else RUNNER_MODULE
     command = [sys.executable, "-P", "-m", module]
-    out, err = _run(
-        command if sandbox is None else sandbox.command(command, job), job, frames, timeout
-    )
+    if prestarted is not None:
+        try:
+            out, err = prestarted.run(job, frames, timeout, RUNNERS.track)
+        except PrestartFailed as error:
+            raise GraderFault(str(error)) from None
+    else:
+        out, err = _run(
+            command if sandbox is None else sandbox.command(command, job), job, frames, timeout
+        )
     if RUNNERS.stopping.is_set():
         raise Stopped("the grader was stopped")
     started, results, fault = _messages(out)
@@ -202,7 +216,7 @@ def _run(command: list[str], job: Path, frames: bytes, timeout: float) -> tuple[
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
-    with RUNNERS.track(process):
+    with RUNNERS.track(lambda: _kill_group(process)):
         try:
             return process.communicate(frames, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -314,17 +328,21 @@ def _run_all(specs: list[dict], plans: dict, limits: Limits, sandbox, scratch: P
 
 
 def _run_in_fresh_job(specs: list[dict], plans: dict, limits: Limits, sandbox, scratch):
-    """One runner on `specs` in a new job folder (its working directory, which it may write):
-    the (name, outputs, calls) of every exercise it started, in order."""
-    try:
-        folder = tempfile.TemporaryDirectory(prefix="grade-", dir=scratch)
-    except OSError as error:
-        raise GraderFault(f"could not make a job folder in {scratch} ({error})") from None
-    with folder:
-        frames = _job_frames(specs, plans, limits)
-        started = run_job(Path(folder.name), frames, limits, sandbox, len(specs))
-        cases = {s["name"]: s["cases"] for s in specs}
-        return [(name, *_outputs(name, cases[name], frame)) for name, frame in started]
+    """One runner on `specs` in a new job folder (its working directory, which it may write),
+    forked from a pre-started runner when the sandbox has a pool of them: the (name, outputs,
+    calls) of every exercise it started, in order."""
+    pool = sandbox.pool if isinstance(sandbox, Sandbox) else None
+    with pool.runner() if pool else nullcontext() as prestarted:
+        where = prestarted.root if prestarted else scratch
+        try:
+            folder = tempfile.TemporaryDirectory(prefix="grade-", dir=where)
+        except OSError as error:
+            raise GraderFault(f"could not make a job folder in {where} ({error})") from None
+        with folder:
+            frames = _job_frames(specs, plans, limits)
+            started = run_job(Path(folder.name), frames, limits, sandbox, len(specs), prestarted)
+    cases = {s["name"]: s["cases"] for s in specs}
+    return [(name, *_outputs(name, cases[name], frame)) for name, frame in started]
 
 
 def _crashed(name: str, cases: int) -> tuple[list[Outputs], set[str]]:

@@ -76,8 +76,9 @@ EXERCISE = exercises_of(SOURCE)[0]  # ivy answers it with her classic mistake, a
 MISTAKE = "unbiased variance"  # its name in the checks (grader.demo's ivy makes it)
 DIAGNOSIS = {m.name: m.message for m in EXERCISES[EXERCISE].mistakes}[MISTAKE]
 WRITTEN = next(grade_id(c) for c in SOURCE.cells if c.cell_type == "markdown" and is_grade(c))
-WRITTEN_CELL = next(c for c in SOURCE.cells if grade_id(c) == WRITTEN)
-WRITTEN_POINTS = nbgrader_metadata(WRITTEN_CELL)["points"]
+WRITTEN_POINTS = next(
+    nbgrader_metadata(c)["points"] for c in SOURCE.cells if grade_id(c) == WRITTEN
+)
 CODE_POINTS = sum(EXERCISES[e].points for e in exercises_of(SOURCE))
 AUTOGRADED = PROFILES["ivy"].expected(ASSIGNMENT)[EXERCISE]  # every stub left scores 0
 WRITTEN_ANSWER = "Each token is normalized over its own features, whatever the batch holds."

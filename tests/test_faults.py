@@ -23,11 +23,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from nbgrader.api import Gradebook
 from nbgrader.utils import is_solution
 
 from grader.autograde import GradebookLost, autograde, prepare
 from grader.cli import main as cli
-from grader.config import REPO, assignments
+from grader.config import REPO, SOLUTIONS, assignments
 from grader.course import Course, CourseBusy, notebook_path
 from grader.demo import (
     PROFILES,
@@ -38,8 +39,10 @@ from grader.demo import (
     expected_scores,
     write_class,
 )
+from grader.notebook import Submission
+from grader.prestarted import prestarted
 from grader.sandbox import RUNNER_ROOT, Sandbox, available
-from grader.submission import Limits
+from grader.submission import Limits, grade_submissions
 
 pytestmark = pytest.mark.skipif(not available(), reason="bubblewrap is not installed")
 
@@ -141,6 +144,7 @@ class BrokenSandbox(Sandbox):
         self.how, self.broken, self.starts = how, set(), 0
         super().__init__()  # its start-up probe is not counted
         self.broken = broken
+        self.prestart = False  # every student's runner is started by `command`
 
     def command(self, command, job):
         full = super().command(command, job)
@@ -155,6 +159,56 @@ class BrokenSandbox(Sandbox):
         if self.how == "cut the job":  # its stdin ends after the first exercise's inputs
             return ["sh", "-c", f'{shlex.quote(sys.executable)} -c "$0" | "$@"', FORWARD_ONE, *full]
         return ["bwrap", "--no-such-option"]  # bubblewrap itself fails to set up
+
+
+class PrestartFails(Sandbox):
+    """A sandbox whose pre-started runners cannot start (bubblewrap fails to set up)."""
+
+    def prestart_command(self, root):
+        return ["bwrap", "--no-such-option"]
+
+
+def test_a_prestarted_runner_that_cannot_start_is_replaced_by_a_runner_per_student(
+    course_copy, capsys
+):
+    course, submissions = course_copy
+    outcomes = newcomer_outcomes(run_autograde(course, submissions, PrestartFails()))
+    assert [o.problem for o in outcomes if o.problem] == []
+    assert "the pre-started runner did not start" in capsys.readouterr().err
+    after = recorded(course)
+    assert {a: after[(NEWCOMER, a)] for a in assignments()} == {
+        a: expected_scores(CLASS)[("ada", a)] for a in assignments()
+    }
+
+
+def test_a_prestarted_runner_that_died_is_started_again(clean, tmp_path):
+    *_, sandbox = clean
+    notebooks = [notebook_path(SOLUTIONS, a) for a in assignments()]
+    read = [Submission.read(path, a) for path, a in zip(notebooks, assignments(), strict=True)]
+    with prestarted(sandbox, tmp_path) as pool:
+        first = grade_submissions(read, SEED, LIMITS, sandbox)
+        os.killpg(pool.started[0].process.pid, signal.SIGKILL)
+        pool.started[0].process.wait()
+        assert grade_submissions(read, SEED, LIMITS, sandbox) == first
+        assert len(pool.started) == 2
+    assert all(r.score == r.max_score for notebook in first for r in notebook)
+
+
+def test_a_batch_is_recorded_in_one_gradebook_session(course_copy, monkeypatch):
+    """nbgrader's recording opens the gradebook nine times a notebook (twice for its own default
+    course): once a batch here."""
+    course, submissions = course_copy
+    opened = []
+    original = Gradebook.__init__
+
+    def counted(self, *args, **kwargs):
+        opened.append(args)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Gradebook, "__init__", counted)
+    outcomes = newcomer_outcomes(run_autograde(course, submissions, Sandbox()))
+    assert [o.problem for o in outcomes if o.problem] == [] and len(outcomes) == 4
+    assert len(opened) == len(set(opened))  # each (database, course) once, not per notebook
 
 
 def newcomer_outcomes(outcomes):
@@ -359,7 +413,7 @@ def test_a_stop_at_a_random_moment_loses_nothing_and_leaves_nothing(
         text=True,
         start_new_session=True,
     )
-    while not list(course.scratch.glob("grade-*")):  # grading has begun
+    while not list(course.scratch.glob("**/grade-*")):  # grading has begun
         assert grader.poll() is None, grader.communicate()
         time.sleep(0.05)
     lines = 0

@@ -17,10 +17,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import nbformat
 import pytest
 
 import grader.sandbox
-from grader.config import REPO
+from grader.config import REPO, SOLUTIONS
+from grader.course import ExerciseResult, answer_cell, notebook_path
+from grader.notebook import Submission
+from grader.prestarted import prestarted
 from grader.sandbox import (
     RUNNER_MODULE,
     Sandbox,
@@ -29,6 +33,7 @@ from grader.sandbox import (
     available,
     symlinks_met,
 )
+from grader.submission import grade_submissions
 
 ORDINARY_USER = 4242  # no passwd entry is needed
 needs_bwrap = pytest.mark.skipif(not available(), reason="bubblewrap is not installed")
@@ -233,3 +238,87 @@ def test_every_link_on_the_way_is_found_in_order(tmp_path):
         tmp_path / "home" / "env": str(tmp_path / "hop" / "env"),
         tmp_path / "hop": "real",
     }
+
+
+# --- pre-started runners: a fresh sandbox for every student ---------------------------------------
+# What one student may leave for the next one graded by the same pre-started runner: name ->
+# (code leaving it, a condition true when the next student finds it). Each is written into the
+# `layer_norm` answer cell ahead of the solution; one that finds something raises, scoring 0.
+LEFT_FOR_THE_NEXT = {
+    "tmp": ("open('/tmp/note', 'w').write('hi')", "os.path.exists('/tmp/note')"),
+    "dev_shm": ("open('/dev/shm/note', 'w').write('hi')", "os.path.exists('/dev/shm/note')"),
+    "process": (
+        "import subprocess, time\n"
+        "left = subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
+        "while not open(f'/proc/{left.pid}/cmdline', 'rb').read().startswith(b'sleep'):\n"
+        "    time.sleep(0.01)",
+        "any(open(f'/proc/{p}/cmdline', 'rb').read().startswith(b'sleep')"
+        " for p in os.listdir('/proc') if p.isdigit())",
+    ),
+    "module_state": ("torch.note = 'hi'\nmath.pi = 3", "hasattr(torch, 'note') or math.pi == 3"),
+    "environment": ("os.environ['NOTE'] = 'hi'", "'NOTE' in os.environ"),
+}
+# Another student's job folder, being graded while this one is, seen from this one's.
+CLASSMATE_SEEN = "os.listdir('..') != [os.path.basename(os.getcwd())]"
+PRESTARTED_ASSIGNMENT = "01_layer_norm"
+
+
+def submission_with(folder: Path, code: str) -> Submission:
+    """The solution of 01_layer_norm with `code` run in its `layer_norm` answer cell first."""
+    notebook = nbformat.read(notebook_path(SOLUTIONS, PRESTARTED_ASSIGNMENT), 4)
+    cell = answer_cell(notebook, "layer_norm")
+    cell.source = f"import os\n{code}\n{cell.source}"
+    path = notebook_path(folder, PRESTARTED_ASSIGNMENT)
+    path.parent.mkdir(parents=True)
+    nbformat.write(notebook, path)
+    return Submission.read(path, PRESTARTED_ASSIGNMENT)
+
+
+def layer_norm_result(sandbox: Sandbox, folder: Path, code: str) -> ExerciseResult:
+    results = grade_submissions([submission_with(folder, code)], 0, sandbox=sandbox)[0]
+    return next(r for r in results if r.name == "layer_norm")
+
+
+@pytest.fixture(scope="module", params=["in /tmp", "outside /tmp"])
+def one_prestarted_runner(request) -> Iterator[Sandbox]:
+    """A sandbox with one pre-started runner, its job folders in /tmp (where the students' own
+    /tmp hides them) or outside it (where a tmpfs over their folder must)."""
+    sandbox = Sandbox()
+    scratch = tempfile.mkdtemp(dir=None if request.param == "in /tmp" else "/var/tmp")
+    try:
+        with prestarted(sandbox, Path(scratch)) as pool:
+            assert pool is not None
+            yield sandbox
+            assert len(pool.started) == 1  # every student was forked from the same one
+    finally:
+        shutil.rmtree(scratch)
+
+
+def finding(condition: str) -> str:
+    return f"if {condition}:\n    raise RuntimeError('found')"
+
+
+@needs_bwrap
+@as_root
+@pytest.mark.parametrize("what", sorted(LEFT_FOR_THE_NEXT))
+def test_nothing_a_student_leaves_reaches_the_next_on_a_prestarted_runner(
+    one_prestarted_runner, tmp_path, what
+):
+    leave, found = LEFT_FOR_THE_NEXT[what]
+    sandbox = one_prestarted_runner
+    # Found by the student who left it (it could leave it, and the condition can be true),
+    # not by the next one.
+    first = layer_norm_result(sandbox, tmp_path / "first", f"{leave}\n{finding(found)}")
+    assert "RuntimeError: found" in first.feedback
+    assert layer_norm_result(sandbox, tmp_path / "next", finding(found)).score == 10
+
+
+@needs_bwrap
+@as_root
+def test_a_student_on_a_prestarted_runner_sees_no_classmate_s_job_folder(
+    one_prestarted_runner, tmp_path
+):
+    sandbox = one_prestarted_runner
+    with tempfile.TemporaryDirectory(dir=sandbox.pool.started[0].root) as classmate:
+        Path(classmate, "answers").write_text("hi")
+        assert layer_norm_result(sandbox, tmp_path, finding(CLASSMATE_SEEN)).score == 10

@@ -269,12 +269,17 @@ def _read_some(pipe: int, received: bytearray) -> int:
 def warm_up(exercises: list[dict]) -> None:
     """Pay the one-time costs once, before forking: the setup cell's imports (trusted code from
     the source notebook) and torch's first entry into the tripwire mode."""
-    for setup in dict.fromkeys(e["setup"] for e in exercises):  # each notebook's, once
-        exec(compile(setup, "<setup>", "exec"), {"__name__": "__setup__"})
+    import_setups([e["setup"] for e in exercises])
     if exercises:
         first = exercises[0]
         with tripwires(Task(first["name"], PROBES[first["probe"]], tuple(first["forbidden"]))):
             torch.ones(2).add(1)
+
+
+def import_setups(setups: list[str]) -> None:
+    """Run each distinct imports cell once (trusted code from the source notebook)."""
+    for setup in dict.fromkeys(setups):
+        exec(compile(setup, "<setup>", "exec"), {"__name__": "__setup__"})
 
 
 def _cases(inputs: dict[str, np.ndarray], count: int) -> list[dict[str, np.ndarray]]:

@@ -1,0 +1,299 @@
+"""The whole grading cycle of a class, ours against stock nbgrader's, side by side in one run.
+
+A cycle is what an instructor waits for between collecting a class and uploading its grades:
+- ours: `grader autograde --jobs J` + `grader feedback --jobs J` + `grader export`;
+- stock: `nbgrader autograde A` + `nbgrader generate_feedback A` for each assignment A +
+  `nbgrader export`, in a course folder with the course's own nbgrader configuration and
+  nbgrader's default preprocessors (see grading_throughput.py: every student notebook executed
+  in a kernel, experiments included).
+Both on the same generated class (honest students cycling through the demo profiles whose
+notebooks run to completion), gradebooks prepared before the clock starts. Reported per student
+× notebook: total, overhead (total minus the student's own code, timed in-process without the
+grader) and the peak RSS of the largest process of each command (wait4's ru_maxrss), with the
+load around each command. Ours at every `--students` size shows how the time grows with the
+class; stock runs at `--stock-students` only (it executes every notebook: ~7 s each here).
+
+Also: what a student's runner costs to start, started by bubblewrap for each student as
+without pre-started runners, or forked from a pre-started one (one correct student's four
+notebooks graded in this process, sandboxed; median of `--repeats`).
+
+    .venv/bin/python bench/grading_cycle.py [--students 16 200] [--stock-students 16]
+        [--jobs 2] [--repeats 5] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import load_1min, markdown_table, median_and_spread, print_header, progress
+from grading_throughput import (
+    BIN,
+    HONEST,
+    SEED,
+    STOCK,
+    TIMEOUT_S,
+    Measured,
+    System,
+    generated_profiles,
+    grading_env,
+    mean_student_code_seconds,
+    measure,
+    recorded_scores,
+    stock_course,
+)
+
+from grader.autograde import prepare
+from grader.config import assignments, use_this_environment
+from grader.course import Course, notebook_path
+from grader.demo import PROFILES, write_class
+from grader.notebook import Submission
+from grader.prestarted import prestarted
+from grader.sandbox import Sandbox
+from grader.submission import grade_submissions
+
+OVERHEAD_TARGET_S = 0.3
+RATIO_TARGET = 15
+MEMORY_TARGET_MB = 500
+
+
+@dataclass
+class Cycle:
+    """One system's cycle on one class: each step's measured command(s)."""
+
+    system: System
+    students: int
+    steps: dict[str, list[Measured]]
+
+    @property
+    def items(self) -> int:
+        return self.students * len(assignments())
+
+    def seconds(self, step: str | None = None) -> float:
+        chosen = [self.steps[step]] if step else self.steps.values()
+        return sum(m.seconds for measured in chosen for m in measured)
+
+    def largest_rss_mb(self) -> float:
+        return max(m.largest_rss_mb for measured in self.steps.values() for m in measured)
+
+    def load(self) -> str:
+        loads = [x for ms in self.steps.values() for m in ms for x in (m.load_before, m.load_after)]
+        return f"{min(loads):.1f}–{max(loads):.1f}"
+
+    def failed(self) -> list[str]:
+        return [
+            f"{step} exit status {m.returncode}"
+            for step, measured in self.steps.items()
+            for m in measured
+            if m.returncode != 0
+        ]
+
+
+def stock_cycle(submissions: Path, root: Path, students: int) -> Cycle:
+    env = grading_env()
+    stock_course(root, submissions, env)  # generate_assignment: not timed
+    nbgrader = str(BIN / "nbgrader")
+    steps: dict[str, list[Measured]] = {"autograde": [], "feedback": [], "export": []}
+    for step, command in (("autograde", "autograde"), ("feedback", "generate_feedback")):
+        for assignment in assignments():
+            progress(f"  stock nbgrader {command} {assignment} ...")
+            steps[step].append(measure([nbgrader, command, assignment], root, env))
+    progress("  stock nbgrader export ...")
+    steps["export"].append(measure([nbgrader, "export"], root, env))
+    return Cycle(STOCK, students, steps)
+
+
+def ours_cycle(submissions: Path, root: Path, students: int, jobs: int) -> Cycle:
+    prepare(Course(root))  # the gradebook's assignments: not timed, as for stock
+    grader, course = str(BIN / "grader"), ["--course", str(root)]
+    autograde = [grader, "autograde", str(submissions), *course, "--jobs", str(jobs)]
+    autograde += ["--seed", str(SEED), "--timeout", str(TIMEOUT_S)]
+    commands = {
+        "autograde": autograde,
+        "feedback": [grader, "feedback", *course, "--jobs", str(jobs)],
+        "export": [grader, "export", *course, "--csv", str(root / "grades.csv")],
+    }
+    steps = {}
+    for step, command in commands.items():
+        progress(f"  grader {step} ({students} students) ...")
+        steps[step] = [measure(command, root, grading_env())]
+    return Cycle(System(jobs=jobs, sandboxed=True), students, steps)
+
+
+def cycle_rows(cycles: list[Cycle], code_s: dict[int, float]) -> list[list[object]]:
+    stock = {c.students: c for c in cycles if c.system.stock}
+    rows = []
+    for cycle in cycles:
+        per_item = cycle.seconds() / cycle.items
+        theirs = stock.get(cycle.students)
+        ratio = (
+            "—"
+            if cycle.system.stock or not theirs
+            else f"{theirs.seconds() / cycle.seconds():.1f}×"
+        )
+        name = "stock nbgrader" if cycle.system.stock else f"ours --jobs {cycle.system.jobs}"
+        rows.append(
+            [
+                name + (f" ({', '.join(cycle.failed())})" if cycle.failed() else ""),
+                f"{cycle.students} × {len(assignments())}",
+                *(f"{cycle.seconds(step):.1f}" for step in ("autograde", "feedback", "export")),
+                f"{cycle.seconds():.1f}",
+                f"{per_item:.3f}",
+                f"{per_item - code_s[cycle.students]:.3f}",
+                ratio,
+                f"{cycle.largest_rss_mb():.0f}",
+                cycle.load(),
+            ]
+        )
+    return rows
+
+
+CYCLE_HEADER = [
+    "system",
+    "class",
+    "autograde s",
+    "feedback s",
+    "export s",
+    "cycle s",
+    "s per student × notebook",
+    "cycle overhead s per student × notebook",
+    "cycle vs stock",
+    "peak RSS, largest process MB",
+    "load (1 min)",
+]
+
+
+def startup_rows(work: Path, repeats: int) -> list[list[object]]:
+    """One correct student's notebooks graded in this process, sandboxed: each runner started
+    by bubblewrap, or forked from a pre-started one (after its own start, not counted)."""
+    submissions = write_class(work / "startup", {"ada": PROFILES["ada"]})
+    read = [Submission.read(notebook_path(submissions / "ada", a), a) for a in assignments()]
+    sandbox = Sandbox()
+    timings: dict[str, list[float]] = {"bubblewrap per student": [], "pre-started": []}
+    loads = []
+    with prestarted(sandbox, work) as pool:
+        for _ in range(repeats):
+            loads.append(load_1min())
+            for way in timings:
+                sandbox.pool = pool if way == "pre-started" else None
+                start = time.perf_counter()
+                grade_submissions(read, SEED, sandbox=sandbox)
+                timings[way].append(time.perf_counter() - start)
+        sandbox.pool = pool
+    notebooks = len(assignments())
+    load = f"{min(loads):.1f}–{max(loads):.1f}"
+    return [
+        [way, median_and_spread(values), median_and_spread([v / notebooks for v in values]), load]
+        for way, values in timings.items()
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--students", type=int, nargs="+", default=[16, 200])
+    parser.add_argument("--stock-students", type=int, nargs="*", default=[16])
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5, help="of the start-up comparison")
+    parser.add_argument("--keep", type=Path, default=None, help="keep the courses here")
+    args = parser.parse_args(argv)
+    use_this_environment()
+    warnings.filterwarnings("ignore", module="nbgrader")
+    work = Path(args.keep or tempfile.mkdtemp(prefix="grading-cycle-")).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    print_header("The grading cycle: stock nbgrader vs ours")
+    try:
+        report(args, work)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def report(args: argparse.Namespace, work: Path) -> None:
+    sizes = sorted(set(args.students) | set(args.stock_students))
+    cycles, code_s, agree = [], {}, []
+    for students in sizes:
+        profiles = generated_profiles(students)
+        submissions = write_class(work / f"class-{students}" / "submissions", profiles)
+        code_s[students] = mean_student_code_seconds(profiles)
+        ran = []
+        if students in args.stock_students:
+            progress(f"stock nbgrader, {students} students")
+            ran.append(stock_cycle(submissions, work / f"class-{students}" / "stock", students))
+        if students in args.students:
+            progress(f"ours, {students} students")
+            root = work / f"class-{students}" / "ours"
+            ran.append(ours_cycle(submissions, root, students, args.jobs))
+        cycles += ran
+        if len(ran) == 2:
+            names = sorted(profiles)
+            same = recorded_scores(work / f"class-{students}" / "stock", names) == recorded_scores(
+                work / f"class-{students}" / "ours", names
+            )
+            agree.append(f"{students} students: {'identical' if same else '**different**'}")
+    kinds = len(HONEST)
+    print(
+        f"Class: generated, honest students cycling through {kinds} demo profiles; "
+        f"{len(assignments())} notebooks each; seed {SEED}; ours sandboxed (bubblewrap, "
+        f"pre-started runners), --jobs {args.jobs}.\n"
+    )
+    print(markdown_table(CYCLE_HEADER, cycle_rows(cycles, code_s)))
+    print()
+    print(
+        "Student's own code per student × notebook (answers defined and called on every "
+        "hidden check's inputs, in-process): "
+        + ", ".join(f"{code_s[n]:.3f} s at {n} students" for n in sizes)
+        + ".\n"
+    )
+    if agree:
+        print("Per-cell scores, stock vs ours: " + "; ".join(agree) + ".\n")
+    verdicts(cycles, code_s)
+    progress("runner start-up ...")
+    print(
+        "\nA student's runner: started by bubblewrap per student, or forked from a pre-started "
+        f"runner (one correct student's {len(assignments())} notebooks graded in this process, "
+        "sandboxed, judging included):\n"
+    )
+    header = ["runner", "s per student", "s per notebook", "load (1 min)"]
+    print(markdown_table(header, startup_rows(work, args.repeats)))
+
+
+def verdicts(cycles: list[Cycle], code_s: dict[int, float]) -> None:
+    """How the time grows with the class, and each target met or not."""
+    ours = [c for c in cycles if not c.system.stock]
+    stock = {c.students: c for c in cycles if c.system.stock}
+    if len(ours) >= 2:
+        small, large = ours[0], ours[-1]
+        per_item = (large.seconds() / large.items) / (small.seconds() / small.items)
+        print(
+            f"Growth: {large.students / small.students:.1f}× the students took "
+            f"{large.seconds() / small.seconds():.1f}× the time ({small.students} → "
+            f"{large.students}); per student × notebook {per_item:.2f}× (1.00: linear).\n"
+        )
+    for cycle in ours:
+        overhead = cycle.seconds("autograde") / cycle.items - code_s[cycle.students]
+        found = [
+            _verdict("autograde overhead per student × notebook", overhead, OVERHEAD_TARGET_S),
+            _verdict("peak RSS MB", cycle.largest_rss_mb(), MEMORY_TARGET_MB),
+        ]
+        if cycle.students in stock:
+            ratio = stock[cycle.students].seconds() / cycle.seconds()
+            found.append(_verdict("cycle vs stock's", ratio, RATIO_TARGET, at_least=True))
+        print(f"- {cycle.students} students: " + "; ".join(found))
+
+
+def _verdict(what: str, value: float, target: float, at_least: bool = False) -> str:
+    met = value >= target if at_least else value <= target
+    bound = "≥" if at_least else "≤"
+    return f"{what} {value:.3g} (target {bound} {target}): {'**met**' if met else '**not met**'}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
