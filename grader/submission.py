@@ -259,11 +259,10 @@ def grade_submissions(
     """
     verdicts: dict[str, Verdict] = {}
     causes: dict[str, str] = {}
-    plans, specs = {}, []
+    ready = {n: prepared(n, hidden, seed) for s in submissions for n in s.exercises}  # per run
+    plans, specs = {name: r.planned for name, r in ready.items()}, []
     for submission in submissions:
         for name in submission.exercises:
-            ready = prepared(name, hidden, seed)  # the same for every student of this run
-            plans[name] = ready.planned
             answer = submission.answers[name]
             if submission.problem:
                 reason = StudentError("missing", f"Not graded: {submission.problem}.")
@@ -273,13 +272,13 @@ def grade_submissions(
             else:
                 specs.append(_spec(EXERCISES[name], runner_setup(submission.setup), answer, plans))
                 continue
-            verdicts[name] = _verdict_for_all(name, reason, ready)
+            verdicts[name] = _verdict_for_all(name, reason, ready[name])
             causes[name] = reason.kind
     answers = {name: a for s in submissions for name, a in s.answers.items()}
     for name, outputs, calls in _run_all(specs, plans, limits, sandbox, scratch):
         static = forbidden_uses(answers[name], EXERCISES[name])
         integrity = integrity_message(EXERCISES[name], static, calls)
-        expected = prepared(name, hidden, seed).expected
+        expected = ready[name].expected
         verdicts[name] = judge(EXERCISES[name], plans[name], outputs, integrity, expected)
         causes[name] = _cause(outputs)
     return [[_result(verdicts[n], causes[n]) for n in s.exercises] for s in submissions]
