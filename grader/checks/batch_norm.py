@@ -32,6 +32,7 @@ evaluation 8. Statistics over other sets than each channel's are a wrong structu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 import numpy as np
@@ -39,7 +40,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, Structure, also_visible
+from grader.checks.core import (
+    WIDE,
+    Arrays,
+    Check,
+    Exercise,
+    Mistake,
+    Structure,
+    hidden,
+    slip,
+    visible,
+)
 from grader.checks.inputs import judging
 from grader.checks.library import NORMALIZATIONS, forbid
 from grader.sandboxed.probes import (
@@ -107,55 +118,57 @@ def _batch_norm_variant(
     return y
 
 
+_slip = partial(slip, _batch_norm_variant)
+
 BATCH_NORM_MISTAKES = (
-    Mistake(
+    _slip(
         "unbiased variance to normalize",
         "You normalize with the unbiased variance (n−1); BatchNorm normalizes with the biased "
         "batch variance (÷ n) and keeps the unbiased one only for `running_var`.",
-        partial(_batch_norm_variant, norm_correction=1),
+        norm_correction=1,
     ),
-    Mistake(
+    _slip(
         "biased variance stored",
         "Your `running_var` accumulates the biased batch variance; PyTorch stores the unbiased "
         "one, σ²·n/(n−1), in `running_var` (it normalizes with the biased one).",
-        partial(_batch_norm_variant, store_correction=0),
+        store_correction=0,
     ),
-    Mistake(
+    _slip(
         "swapped momentum",
         "Your running update is m·old + (1−m)·new, the Keras/CS231n convention; PyTorch's "
         "`momentum` is the weight of the new batch: (1−m)·old + m·new.",
-        partial(_batch_norm_variant, swapped_momentum=True),
+        swapped_momentum=True,
     ),
-    Mistake(
+    _slip(
         "running stats not updated",
         "`running_mean` and `running_var` are not updated in training: they must be changed in "
         "place (e.g. `running_mean.mul_(1 - m).add_(m * mean)`), not rebound to new tensors.",
-        partial(_batch_norm_variant, update=False),
+        update=False,
     ),
-    Mistake(
+    _slip(
         "running stats updated in eval",
         "Your evaluation call changes `running_mean`/`running_var`; with `training=False` the "
         "running statistics are only read, never updated.",
-        partial(_batch_norm_variant, update_in_eval=True),
+        update_in_eval=True,
     ),
-    Mistake(
+    _slip(
         "batch statistics in eval",
         "With `training=False` you still normalize with the batch statistics; evaluation "
         "normalizes with `running_mean` and `running_var` (and leaves them unchanged).",
-        partial(_batch_norm_variant, batch_stats_in_eval=True),
+        batch_stats_in_eval=True,
     ),
-    Mistake(
+    _slip(
         "per-sample statistics",
         "Your statistics run over each sample's features (LayerNorm's axis); BatchNorm's run "
         "over the batch for each channel (every dim except dim 1).",
-        partial(_batch_norm_variant, axis="sample"),
+        axis="sample",
         structural=True,
     ),
-    Mistake(
+    _slip(
         "channels taken as the last dim",
         "Your statistics treat the last dim as the channels, as if the input were (N, L, C); "
         "BatchNorm's channels are dim 1 of an (N, C) or (N, C, L) input.",
-        partial(_batch_norm_variant, axis="last"),
+        axis="last",
         structural=True,
     ),
 )
@@ -206,24 +219,24 @@ def _bn_steps(rng, shape, steps=3, eval_n=None, **kwargs) -> Arrays:
 
 
 def _scenario(
+    run: Callable[..., Check],
     description: str,
     case,
     training: float,
     running: float,
-    visible: tuple[float, float] = (0, 0),
+    twins: tuple[float, float] = (0, 0),
     **options,
 ) -> tuple[Check, ...]:
-    """A training scenario judged as two checks: its outputs (the normalization) and its
-    running statistics (the moving average), each with its own points; hidden ones take a
-    visible twin where `visible` gives it a share (`also_visible`)."""
-    checks = []
-    for part, words, points, shown in (
-        ("training outputs", "outputs", training, visible[0]),
-        ("running statistics", "running statistics", running, visible[1]),
-    ):
-        check = Check(f"{description}: {words}", judging(part, case), points, **options)
-        checks += also_visible(check, shown) if shown else (check,)
-    return tuple(checks)
+    """A training scenario judged as two checks, `visible` or `hidden` as `run` says: its
+    outputs (the normalization) and its running statistics (the moving average), each with its
+    own points and the share of them its visible twin takes, if any (`twins`)."""
+    return tuple(
+        run(f"{description}: {words}", judging(part, case), points, twin=twin, **options)
+        for part, words, points, twin in (
+            ("training outputs", "outputs", training, twins[0]),
+            ("running statistics", "running statistics", running, twins[1]),
+        )
+    )
 
 
 def _table_evaluated(rng) -> Arrays:
@@ -245,17 +258,19 @@ BATCH_NORM = Exercise(
     forms=(("x", "2-d"), ("x", "3-d")),
     checks=(
         *_scenario(
+            visible,
             "the table of section 1, (1, 3) and (5, 7), one training step",
             lambda rng: _bn_case(rng, [SEED_TABLE], SEED_TABLE),
             training=0.5,
             running=0.5,
         ),
-        Check(
+        visible(
             "the table evaluated with the running statistics that step leaves",
             judging("evaluation", _table_evaluated),
             points=0.5,
         ),
         *_scenario(
+            visible,
             "three training steps on distinct (16, 4, 256) batches with weight and bias",
             lambda rng: _bn_steps(rng, (16, 4, 256), affine=True),
             training=1.5,
@@ -263,44 +278,43 @@ BATCH_NORM = Exercise(
             **WIDE,
         ),
         *_scenario(
+            hidden,
             "(N, C, L) input with L = C: statistics per channel over N and L, three steps",
             lambda rng: _bn_steps(rng, (1024, 4, 4)),
             training=1.5,
             running=0.5,
-            visible=(0.5, 0),
-            hidden=True,
+            twins=(0.5, 0),
             **WIDE,
         ),
         *_scenario(
+            hidden,
             "batches of 4 values per channel, momentum 0.3 (which variance goes where?)",
             lambda rng: _bn_steps(rng, (4, 5), steps=4, affine=True, momentum=0.3),
             training=1,
             running=1,
-            visible=(0.25, 0.25),
-            hidden=True,
+            twins=(0.25, 0.25),
             # four steps of float32 running statistics: a correct answer's rounding reaches
             # 7e-6 on some CPUs; storing the wrong variance moves them by a third
             rtol=1e-4,
             atol=1e-4,
         ),
-        Check(
+        hidden(
             "running statistics that start elsewhere than 0 and 1, two steps",
             judging(
                 "running statistics",
                 lambda rng: _bn_steps(rng, (64, 3, 64), steps=2, random_start=True),
             ),
             points=0.5,
-            hidden=True,
             **WIDE,
         ),
         *_scenario(
+            hidden,
             "a square (5, 5) batch, momentum 0.5 and eps 1e-3",
             lambda rng: _bn_steps(rng, (5, 5), affine=True, momentum=0.5, eps=1e-3),
             training=0.25,
             running=0.25,
-            hidden=True,
         ),
-        Check(
+        hidden(
             "evaluation on another batch with running statistics elsewhere than 0 and 1: "
             "normalized with them, which it leaves unchanged",
             judging(
@@ -308,16 +322,14 @@ BATCH_NORM = Exercise(
                 lambda rng: _bn_steps(rng, (64, 3, 64), steps=0, eval_n=5, random_start=True),
             ),
             points=0.75,
-            hidden=True,
         ),
-        Check(
+        hidden(
             "evaluation on a single sample uses the running statistics",
             judging(
                 "evaluation",
                 lambda rng: _bn_steps(rng, (4096, 4), steps=0, eval_n=1, random_start=True),
             ),
             points=0.75,
-            hidden=True,
         ),
     ),
 )
@@ -355,25 +367,18 @@ TORCH_MOMENTUM = Exercise(
         ),
     ),
     checks=(
-        Check(
+        visible(
             "the CS231n value 0.9, then four batches through nn.BatchNorm1d",
             lambda rng: _momentum_case(rng, 0.9),
             points=1,
         ),
-        *also_visible(
-            Check(
-                "Keras's default 0.99",
-                lambda rng: _momentum_case(rng, 0.99),
-                points=0.5,
-                hidden=True,
-            ),
-            points=0.25,
+        hidden(
+            "Keras's default 0.99", lambda rng: _momentum_case(rng, 0.99), points=0.5, twin=0.25
         ),
-        Check(
+        hidden(
             "another Keras momentum",
             lambda rng: _momentum_case(rng, float(rng.uniform(0.55, 0.85))),
             points=0.5,
-            hidden=True,
         ),
     ),
 )
@@ -470,25 +475,21 @@ PREDICT = Exercise(
         ),
     ),
     checks=(
-        Check(
+        visible(
             "a model in train mode: outputs from the running statistics, buffers untouched",
             lambda rng: _predict_case(rng, 8, training=True),
             points=2,
         ),
-        *also_visible(
-            Check(
-                "a model already in eval mode stays in eval mode",
-                lambda rng: _predict_case(rng, 8, training=False),
-                points=1,
-                hidden=True,
-            ),
-            points=0.5,
+        hidden(
+            "a model already in eval mode stays in eval mode",
+            lambda rng: _predict_case(rng, 8, training=False),
+            points=1,
+            twin=0.5,
         ),
-        Check(
+        hidden(
             "a model in train mode, asked about a single sample",
             lambda rng: _predict_case(rng, 1, training=True),
             points=1,
-            hidden=True,
         ),
     ),
 )

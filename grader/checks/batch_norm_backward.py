@@ -23,7 +23,8 @@ from functools import partial
 
 import numpy as np
 
-from grader.checks.core import Arrays, Check, Exercise, Mistake, Structure, also_visible
+from grader.checks.core import FLOAT64, Arrays, Exercise, Structure, hidden, slip, visible
+from grader.checks.gradients import backward_edges
 from grader.checks.library import NORMALIZATIONS, forbid
 from grader.reference import functional as ref
 from grader.sandboxed.probes import probe_batch_norm_backward
@@ -74,14 +75,14 @@ def _case(rng, *shape, weight=True, scale=1.0, eps=1e-5) -> Arrays:
     return case
 
 
-_F64 = {"rtol": 1e-7, "atol": 1e-9}
+_slip = partial(slip, _backward_variant)
 
 BATCH_NORM_BACKWARD = Exercise(
     name="batch_norm_backward",
     reference=ref.batch_norm_backward,
     probe=probe_batch_norm_backward,
     properties=BACKWARD_PROPERTIES,
-    **_F64,
+    **FLOAT64,
     forbidden=forbid(*NORMALIZATIONS),
     forms=(("x", "2-d"), ("x", "3-d")),
     structure=Structure(
@@ -90,79 +91,63 @@ BATCH_NORM_BACKWARD = Exercise(
         cap=0.5,
     ),
     mistakes=(
-        Mistake(
+        _slip(
             "statistics treated as constants",
             "Your grad_x treats the batch mean and variance as constants; both depend on every "
             "value of the channel, which adds the two subtracted terms of the derivation.",
-            partial(_backward_variant, mean_path=False, var_path=False),
+            mean_path=False,
+            var_path=False,
         ),
-        Mistake(
+        _slip(
             "path through the mean left out",
             "Your grad_x misses the path through the batch mean μ: subtract the channel's mean "
             "of the upstream gradient (the term in ⟨g⟩).",
-            partial(_backward_variant, mean_path=False),
+            mean_path=False,
         ),
-        Mistake(
+        _slip(
             "path through the variance left out",
             "Your grad_x misses the path through the batch variance σ²: subtract x̂ times the "
             "channel's mean of g·x̂ (the term in ⟨g x̂⟩).",
-            partial(_backward_variant, var_path=False),
+            var_path=False,
         ),
-        Mistake(
+        _slip(
             "unbiased variance",
             "Your gradient is that of a BatchNorm normalizing with the unbiased variance (n−1); "
             "training normalizes with the biased one (÷ n), so x̂, 1/σ and the variance path "
             "all use n.",
-            partial(_backward_variant, correction=1),
+            correction=1,
         ),
-        Mistake(
+        _slip(
             "weight left out of grad_x",
             "Your grad_x ignores γ: the gradient reaching x̂ is grad_out·γ, per channel.",
-            partial(_backward_variant, use_weight=False),
+            use_weight=False,
         ),
-        Mistake(
+        _slip(
             "sums over N only",
             "Your grad_weight and grad_bias are summed over the batch dim only; every value of "
             "a channel shares its γ and β, so sum over N and L (every dim except dim 1).",
-            partial(_backward_variant, sums_over_n_only=True),
+            sums_over_n_only=True,
             structural=True,
         ),
     ),
     checks=(
-        Check(
+        visible(
             "a float64 (8, 3) batch with a weight, against autograd",
             lambda rng: _case(rng, 8, 3),
             points=2,
         ),
-        *also_visible(
-            Check(
-                "an (N, C, L) batch: statistics, grad_weight and grad_bias over N and L",
-                lambda rng: _case(rng, 4, 3, 5),
-                points=2,
-                hidden=True,
-            ),
-            points=1,
+        hidden(
+            "an (N, C, L) batch: statistics, grad_weight and grad_bias over N and L",
+            lambda rng: _case(rng, 4, 3, 5),
+            points=2,
+            twin=1,
         ),
-        Check(
+        hidden(
             "a (16, 4, 4) batch, L = C: channels are dim 1",
             lambda rng: _case(rng, 16, 4, 4),
             points=1,
-            hidden=True,
         ),
-        Check(
-            "no weight: grad_x alone",
-            lambda rng: _case(rng, 6, 5, weight=False),
-            points=0.5,
-            hidden=True,
-        ),
-        Check(
-            "channels whose variance is close to ε, with eps=1e-3 given",
-            lambda rng: _case(rng, 16, 3, scale=0.02, eps=1e-3),
-            points=0.5,
-            hidden=True,
-            rtol=1e-6,
-            atol=1e-6,
-        ),
+        *backward_edges(_case, (6, 5), (16, 3), scale=0.02, sets="channels"),
     ),
 )
 

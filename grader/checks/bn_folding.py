@@ -29,7 +29,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from grader.checks.core import Arrays, Check, Exercise, Mistake, also_visible
+from grader.checks.core import Arrays, Exercise, hidden, slip, visible
 from grader.checks.library import BN_FOLDING, NORMALIZATIONS, forbid
 from grader.reference.fusion import fold_batch_norm
 from grader.sandboxed.probes import probe_fold
@@ -86,6 +86,8 @@ def _case(rng, *shape, bias=True, affine=True, var=(2.0, 4.0), eps=1e-5) -> Arra
     return case
 
 
+_slip = partial(slip, _fold_variant)
+
 FOLD_BATCH_NORM = Exercise(
     name="fold_batch_norm",
     reference=fold_batch_norm,
@@ -98,91 +100,85 @@ FOLD_BATCH_NORM = Exercise(
     rtol=1e-4,
     atol=1e-4,
     mistakes=(
-        Mistake(
+        _slip(
             "eps left out",
             "Your scale is γ/√running_var: evaluation divides by √(running_var + ε), and ε "
             "matters wherever a channel's variance is small.",
-            partial(_fold_variant, std=lambda var, eps: torch.sqrt(var)),
+            std=lambda var, eps: torch.sqrt(var),
         ),
-        Mistake(
+        _slip(
             "eps outside the square root",
             "Your scale is γ/(√running_var + ε); ε is added to the variance, under the root: "
             "γ/√(running_var + ε).",
-            partial(_fold_variant, std=lambda var, eps: torch.sqrt(var) + eps),
+            std=lambda var, eps: torch.sqrt(var) + eps,
         ),
-        Mistake(
+        _slip(
             "variance taken for the standard deviation",
             "You divide by running_var + ε itself; BatchNorm divides by its square root.",
-            partial(_fold_variant, std=lambda var, eps: var + eps),
+            std=lambda var, eps: var + eps,
         ),
-        Mistake(
+        _slip(
             "columns scaled",
             "You scale the weight's columns (its inputs); BatchNorm rescales each *output* unit, "
             "so row k of the weight (output k) is multiplied by s_k: diag(s)·W.",
-            partial(_fold_variant, columns=True),
+            columns=True,
         ),
-        Mistake(
+        _slip(
             "weight left unscaled",
             "Your folded weight is the layer's weight unchanged: BatchNorm's scale s multiplies "
             "it too, row by row.",
-            partial(_fold_variant, weight_scaled=False),
+            weight_scaled=False,
         ),
-        Mistake(
+        _slip(
             "running mean not subtracted",
             "Your folded bias forgets the shift: BatchNorm subtracts running_mean before "
             "scaling, so b' = s·(b − running_mean) + β.",
-            partial(_fold_variant, shift=False),
+            shift=False,
         ),
-        Mistake(
+        _slip(
             "beta left out",
             "Your folded bias leaves out BatchNorm's own bias β, added after the scaling.",
-            partial(_fold_variant, use_beta=False),
+            use_beta=False,
         ),
-        Mistake(
+        _slip(
             "layer's bias dropped",
             "Your folded bias drops the layer's own bias b: it goes through BatchNorm too, "
             "b' = s·(b − running_mean) + β.",
-            partial(_fold_variant, use_bias=False),
+            use_bias=False,
         ),
-        Mistake(
+        _slip(
             "layer's bias not scaled",
             "The layer's bias b is added unscaled; BatchNorm scales everything it receives, so "
             "b' = s·(b − running_mean) + β, not b − s·running_mean + β.",
-            partial(_fold_variant, bias_scaled=False),
+            bias_scaled=False,
         ),
     ),
     checks=(
-        Check(
+        visible(
             "a Linear(6, 6) followed by a BatchNorm1d(6) with γ, β and running statistics",
             lambda rng: _case(rng, 6, 6),
             points=2,
         ),
-        *also_visible(
-            Check(
-                "running variances close to ε, with eps=1e-3 given",
-                lambda rng: _case(rng, 5, 7, var=(1e-3, 4e-3), eps=1e-3),
-                points=1.5,
-                hidden=True,
-            ),
-            points=0.5,
+        hidden(
+            "running variances close to ε, with eps=1e-3 given",
+            lambda rng: _case(rng, 5, 7, var=(1e-3, 4e-3), eps=1e-3),
+            points=1.5,
+            twin=0.5,
         ),
-        Check(
+        hidden(
             "a Conv2d(3, 5, 3×3) weight: one scale per output channel",
             lambda rng: _case(rng, 5, 3, 3, 3),
             points=1.5,
-            hidden=True,
         ),
-        Check(
+        hidden(
             "a Linear without bias (bias=None), as before a BatchNorm",
             lambda rng: _case(rng, 4, 7, bias=False),
             points=0.5,
-            hidden=True,
         ),
-        Check(
+        hidden(
             "a BatchNorm without affine parameters (gamma and beta None)",
             lambda rng: _case(rng, 4, 7, affine=False),
             points=0.5,
-            hidden=True,
         ),
     ),
 )

@@ -20,7 +20,6 @@ differs. The student's own `check()` runs the very same judge on the stored outp
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from grader.checks.inputs import Case
 from grader.checks.library import Forbidden
 from grader.sandboxed.probe import Arrays, Outputs, Probe, StudentError, outputs_of
 from normcheck.judge import CheckOutcome, Expected, Structure, Verdict, difference, margin, named
@@ -35,6 +35,7 @@ from normcheck.judge import judge_check as judged
 from normcheck.properties import Property
 
 __all__ = [
+    "FLOAT64",
     "WIDE",
     "Arrays",
     "Check",
@@ -46,9 +47,9 @@ __all__ = [
     "Structure",
     "StudentError",
     "Verdict",
-    "also_visible",
     "expect",
     "expected_outputs",
+    "hidden",
     "judge",
     "judge_check",
     "margin",
@@ -56,6 +57,8 @@ __all__ = [
     "outputs_of",
     "plan",
     "prepare",
+    "slip",
+    "visible",
 ]
 
 
@@ -69,12 +72,18 @@ class Mistake:
     structural: bool = False  # a wrong structure: the exercise is capped (`Structure`)
 
 
+def slip(variant: Any, name: str, message: str, *, structural: bool = False, **switches) -> Mistake:
+    """The classic mistake `name`: `variant`, the answer written out with a switch per slip (all
+    off is the reference), with `switches` on."""
+    return Mistake(name, message, partial(variant, **switches), structural)
+
+
 @dataclass(frozen=True)
 class Check:
     """One property of the answer, tested on inputs chosen to separate right from wrong."""
 
     description: str  # shown in feedback; says what is tested, never the inputs' values
-    inputs: Callable[[np.random.Generator], Arrays]
+    inputs: Case
     points: float
     hidden: bool = False
     # None: the exercise's tolerance (`Exercise.rtol`, `Exercise.atol`)
@@ -86,6 +95,9 @@ class Check:
     # The exception the answer must raise on these inputs (a refused length, an empty batch):
     # the check passes when it does, whatever the reference would have returned.
     expects: type[Exception] | None = None
+    # The share of this hidden check's points that a visible twin on fixed inputs takes (see
+    # `hidden`); the exercise splits the check in two (`Exercise.checks` holds no twin share).
+    twin: float = 0.0
 
     @property
     def refusal(self) -> str:
@@ -93,14 +105,30 @@ class Check:
         return self.expects.__name__ if self.expects is not None else ""
 
 
-def also_visible(check: Check, points: float) -> tuple[Check, Check]:
-    """A hidden check and its twin on fixed inputs, which the student's own `check()` runs too:
-    a pitfall the notebook teaches must fail before grading, not only at it. The hidden check
-    still draws its inputs afresh for every grading run; the twin takes `points` from it, so the
-    exercise's total is unchanged."""
-    if not (check.hidden and 0 < points < check.points):
+def visible(description: str, inputs: Case, points: float, **options: Any) -> Check:
+    """A check the student's own `check()` runs too, on fixed inputs (what the student sees is
+    what is graded)."""
+    return Check(description, inputs, points, **options)
+
+
+def hidden(description: str, inputs: Case, points: float, **options: Any) -> Check:
+    """A check run only when graded, on inputs drawn afresh for every grading run.
+
+    With `twin=share`, a visible twin on fixed inputs takes `share` of its points, so that a
+    pitfall the notebook teaches fails the student's own `check()` before grading, not only at
+    it; the exercise's total is unchanged.
+    """
+    return Check(description, inputs, points, hidden=True, **options)
+
+
+def _split(check: Check) -> tuple[Check, ...]:
+    """`check`, preceded by its visible twin where it has one."""
+    if not check.twin:
+        return (check,)
+    if not (check.hidden and 0 < check.twin < check.points):
         raise ValueError(f"{check.description!r}: a visible twin needs a hidden check and a share")
-    return replace(check, hidden=False, points=points), replace(check, points=check.points - points)
+    twin = replace(check, hidden=False, points=check.twin, twin=0.0)
+    return twin, replace(check, points=check.points - check.twin, twin=0.0)
 
 
 @dataclass(frozen=True)
@@ -124,7 +152,7 @@ class Exercise:
     atol: float = 1e-5
 
     def __post_init__(self) -> None:
-        resolved = tuple(
+        resolved = (
             replace(
                 c,
                 rtol=self.rtol if c.rtol is None else c.rtol,
@@ -132,7 +160,7 @@ class Exercise:
             )
             for c in self.checks
         )
-        object.__setattr__(self, "checks", resolved)
+        object.__setattr__(self, "checks", tuple(t for c in resolved for t in _split(c)))
 
     @property
     def points(self) -> float:
@@ -195,6 +223,10 @@ def judge_check(
 # the n−1 slip, which has its own check on few values (see each module's rubric); every mistake
 # they target moves outputs by more than 1e-2.
 WIDE = {"rtol": 1e-3, "atol": 1e-3}
+
+# Tolerance for float64 answers judged against a float64 reference: a correct answer is within
+# ~1e-15 of it, every mistake the checks target off by order one.
+FLOAT64 = {"rtol": 1e-7, "atol": 1e-9}
 
 Plan = list[tuple[Check, Arrays]]
 

@@ -18,7 +18,7 @@ from functools import partial
 import numpy as np
 import torch.nn.functional as F
 
-from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, Structure, also_visible
+from grader.checks.core import WIDE, Arrays, Exercise, Structure, hidden, slip, visible
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, forbid
 from grader.checks.variants import standardized
@@ -33,20 +33,20 @@ def _group_norm_variant(
     bias=None,
     eps=1e-5,
     *,
-    correction=0,
-    eps_outside=False,
     interleaved=False,
     per_position=False,
     affine=True,
+    **slips,
 ):
-    """Group norm with a switch per classic slip; the defaults are correct."""
+    """Group norm with a switch per classic slip (and the standardization's `slips`,
+    `variants.standardized`); the defaults are correct."""
     n, c = x.shape[:2]
     if interleaved:  # channel k in group k % G
         grouped = x.reshape(n, c // num_groups, num_groups, -1).transpose(1, 2)
     else:  # C/G consecutive channels per group
         grouped = x.reshape(n, num_groups, c // num_groups, -1)
     dims = (2,) if per_position else (2, 3)
-    y = standardized(grouped, dims, eps, correction=correction, eps_outside=eps_outside)
+    y = standardized(grouped, dims, eps, **slips)
     if interleaved:
         y = y.transpose(1, 2)
     y = y.reshape(x.shape)
@@ -73,6 +73,8 @@ def _channels_apart(rng, *shape) -> np.ndarray:
     return (offsets + rng.standard_normal(shape)).astype(np.float32)
 
 
+_slip = partial(slip, _group_norm_variant)
+
 GROUP_NORM = Exercise(
     name="group_norm",
     reference=F.group_norm,
@@ -82,82 +84,74 @@ GROUP_NORM = Exercise(
     forms=(("x", "3-d"), ("x", "4-d")),
     forbidden=forbid(*NORMALIZATIONS),
     mistakes=(
-        Mistake(
+        _slip(
             "unbiased variance",
             "Your variance divides by n−1; GroupNorm uses the biased variance (÷ n) of each group.",
-            partial(_group_norm_variant, correction=1),
+            correction=1,
         ),
-        Mistake(
+        _slip(
             "eps outside the square root",
             "ε is added outside the square root, (x−μ)/(σ+ε); it belongs under the root, "
             "(x−μ)/√(σ²+ε), which matters when a group's variance is close to ε.",
-            partial(_group_norm_variant, eps_outside=True),
+            eps_outside=True,
         ),
-        Mistake(
+        _slip(
             "interleaved groups",
             "Your groups take every G-th channel; a group is C/G *consecutive* channels "
             "(reshape to (N, G, C/G, ...), not (N, C/G, G, ...)).",
-            partial(_group_norm_variant, interleaved=True),
+            interleaved=True,
             structural=True,
         ),
-        Mistake(
+        _slip(
             "spatial dims left out",
             "Your statistics pool a group's channels at each position separately; GroupNorm "
             "pools the group's channels and all spatial (or length) positions together.",
-            partial(_group_norm_variant, per_position=True),
+            per_position=True,
             structural=True,
         ),
-        Mistake(
+        _slip(
             "affine ignored",
             "`weight` and `bias` (per channel, shape (C,)) are not applied after normalizing.",
-            partial(_group_norm_variant, affine=False),
+            affine=False,
         ),
     ),
     checks=(
-        Check(
+        visible(
             "(2, 6, 2048) input in 3 groups",
             lambda rng: _gn_case(_channels_apart(rng, 2, 6, 2048), 3),
             points=1,
             **WIDE,
         ),
-        Check(
+        visible(
             "(2, 4, 64, 64) images in 2 groups, per-channel weight and bias",
             lambda rng: _gn_case(_channels_apart(rng, 2, 4, 64, 64), 2, rng),
             points=1,
             **WIDE,
         ),
-        *also_visible(
-            Check(
-                "groups of only 4 values (which variance estimator?)",
-                lambda rng: _gn_case(with_spread(rng, _channels_apart(rng, 3, 4, 2), 4), 2),
-                points=1,
-                hidden=True,
-            ),
-            points=0.5,
+        hidden(
+            "groups of only 4 values (which variance estimator?)",
+            lambda rng: _gn_case(with_spread(rng, _channels_apart(rng, 3, 4, 2), 4), 2),
+            points=1,
+            twin=0.5,
         ),
-        *also_visible(
-            Check(
-                "groups whose variance is close to ε, with eps=1e-3 given",
-                lambda rng: _gn_case(randn(rng, 2, 4, 2048) * np.float32(0.03), 2, eps=1e-3),
-                points=1,
-                **WIDE,
-                hidden=True,
-            ),
-            points=0.5,
+        hidden(
+            "groups whose variance is close to ε, with eps=1e-3 given",
+            lambda rng: _gn_case(randn(rng, 2, 4, 2048) * np.float32(0.03), 2, eps=1e-3),
+            points=1,
+            twin=0.5,
+            **WIDE,
         ),
-        Check(
+        hidden(
             "one group (LayerNorm over C, H, W) and C groups (InstanceNorm)",
             lambda rng: _gn_case(_channels_apart(rng, 2, 3, 64, 64), int(rng.choice([1, 3]))),
             points=1,
             **WIDE,
-            hidden=True,
         ),
-        Check(
+        hidden(
             "(2, 6, 16, 16, 16) volumes in 3 groups with weight and bias",
             lambda rng: _gn_case(_channels_apart(rng, 2, 6, 16, 16, 16), 3, rng),
             points=1,
             **WIDE,
-            hidden=True,
         ),
     ),
 )

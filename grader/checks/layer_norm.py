@@ -4,7 +4,7 @@ Each hidden input is chosen to separate the answer from one classic mistake by f
 the tolerance: rows of 4 features (unbiased variance), variance near ε (ε outside the root),
 mean 1e4 in float32 (E[x²]−E[x]² is off by ~1e3 there, a correct float32 answer by ~1e-3).
 `bench/margins.py` measures each mistake's distance from each check's tolerance
-(docs/margins.md). Each taught pitfall also fails a visible check (`also_visible`), so the
+(docs/margins.md). Each taught pitfall also fails a visible check (a hidden check's `twin`), so the
 student's own `check()` names it before grading.
 
 Rubric of `layer_norm` (10 points): what is normalized matters most, so the dims
@@ -25,7 +25,18 @@ from functools import partial
 import numpy as np
 import torch
 
-from grader.checks.core import WIDE, Arrays, Check, Exercise, Mistake, Structure, also_visible
+from grader.checks.core import (
+    FLOAT64,
+    WIDE,
+    Arrays,
+    Exercise,
+    Mistake,
+    Structure,
+    hidden,
+    slip,
+    visible,
+)
+from grader.checks.gradients import backward_edges
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, VARIANCE, forbid
 from grader.checks.variants import standardized
@@ -46,17 +57,16 @@ def _layer_norm_variant(
     bias=None,
     eps=1e-5,
     *,
-    correction=0,
-    eps_outside=False,
     batch_axis=False,
     last_dim_only=False,
     affine=True,
     affine_first=False,
     per_channel_affine=False,
-    naive=False,
     fixed_eps=None,
+    **slips,
 ):
-    """One layer norm with a switch per classic mistake; all switches off is correct."""
+    """One layer norm with a switch per classic mistake (and the standardization's `slips`,
+    `variants.standardized`); all switches off is correct."""
     eps = eps if fixed_eps is None else fixed_eps
     if per_channel_affine and weight is not None:
         # γ, β read BatchNorm-style: one value per leading normalized dim, broadcast over the rest
@@ -69,67 +79,68 @@ def _layer_norm_variant(
     dims = (0,) if batch_axis else (-1,) if last_dim_only else trailing_dims(normalized_shape)
     if affine_first and weight is not None:
         x = x * weight + bias
-    options = {"correction": correction, "eps_outside": eps_outside, "naive": naive}
-    x_hat = standardized(x, dims, eps, **options)
+    x_hat = standardized(x, dims, eps, **slips)
     if affine and not affine_first and weight is not None:
         x_hat = x_hat * weight + bias
     return x_hat
 
 
+_slip = partial(slip, _layer_norm_variant)
+
 LAYER_NORM_MISTAKES = (
-    Mistake(
+    _slip(
         "unbiased variance",
         "Your variance divides by n−1 (the unbiased estimator); LayerNorm uses the biased one, "
         "dividing by n (`correction=0`, `unbiased=False`).",
-        partial(_layer_norm_variant, correction=1),
+        correction=1,
     ),
-    Mistake(
+    _slip(
         "eps outside the square root",
         "ε is added outside the square root, (x−μ)/(σ+ε); LayerNorm adds it to the variance, "
         "under the root, which matters when the variance is close to ε.",
-        partial(_layer_norm_variant, eps_outside=True),
+        eps_outside=True,
     ),
-    Mistake(
+    _slip(
         "eps argument ignored",
         "Your answer ignores the `eps` it is given (it always uses the default 1e-5); the caller's "
         "ε is the one to add under the root.",
-        partial(_layer_norm_variant, fixed_eps=1e-5),
+        fixed_eps=1e-5,
     ),
-    Mistake(
+    _slip(
         "statistics over the batch",
         "Your statistics run over the batch axis (like BatchNorm); LayerNorm computes them per "
         "sample, over the trailing `normalized_shape` dims.",
-        partial(_layer_norm_variant, batch_axis=True),
+        batch_axis=True,
         structural=True,
     ),
-    Mistake(
+    _slip(
         "last dim only",
         "Your statistics cover only the last dim; with a multi-dim `normalized_shape` they must "
         "run over all of its trailing dims together.",
-        partial(_layer_norm_variant, last_dim_only=True),
+        last_dim_only=True,
         structural=True,
     ),
-    Mistake(
+    _slip(
         "affine ignored",
         "`weight` and `bias` are not applied: the output must be scaled by γ and shifted by β.",
-        partial(_layer_norm_variant, affine=False),
+        affine=False,
     ),
-    Mistake(
+    _slip(
         "affine per channel",
         "Your γ and β act per channel (one value per leading normalized dim, as in BatchNorm or "
         "GroupNorm); LayerNorm's are elementwise, one per position of `normalized_shape`.",
-        partial(_layer_norm_variant, per_channel_affine=True),
+        per_channel_affine=True,
     ),
-    Mistake(
+    _slip(
         "affine before normalizing",
         "γ and β are applied before normalizing; they belong after it, on x̂.",
-        partial(_layer_norm_variant, affine_first=True),
+        affine_first=True,
     ),
-    Mistake(
+    _slip(
         "E[x²]−E[x]² cancellation",
         "Your variance is computed as E[x²]−E[x]², which cancels catastrophically in float32 when "
         "the mean is large; subtract the mean first (two-pass) or use Welford.",
-        partial(_layer_norm_variant, naive=True),
+        naive=True,
     ),
 )
 
@@ -170,7 +181,7 @@ LAYER_NORM = Exercise(
     structure=Structure("statistics per row of the normalized_shape dims", cap=2),
     forms=(("normalized_shape", "int"), ("normalized_shape", "tuple")),
     checks=(
-        Check(
+        visible(
             "the worked example of section 2: tokens (1, 3) and (10, 14) each become (−1, 1)",
             lambda rng: _ln_case(
                 np.array([[[1.0, 3.0], [10.0, 14.0]]], np.float32), 1, as_int=True
@@ -178,72 +189,58 @@ LAYER_NORM = Exercise(
             points=0.5,
             **_F32,
         ),
-        Check(
+        visible(
             "normalizes each token of a (2, 3, 4096) batch over its features (an int "
             "normalized_shape)",
             lambda rng: _ln_case(_apart(rng, 2, 3, 4096), 1, as_int=True),
             points=0.5,
             **WIDE,
         ),
-        Check(
+        visible(
             "normalized_shape spanning the last two dims of a (2, 3, 64, 64) input",
             lambda rng: _ln_case(_apart(rng, 2, 3, 64, 64), 2),
             points=2,
             **WIDE,
         ),
-        Check(
+        hidden(
             "normalized_shape spanning the last three dims, per sample",
             lambda rng: _ln_case(_apart(rng, 3, 2, 16, 16, 16), 3),
             points=1,
-            hidden=True,
             **WIDE,
         ),
-        *also_visible(
-            Check(
-                "weight and bias of shape normalized_shape",
-                lambda rng: _ln_case(_apart(rng, 3, 2, 64, 64), 2, rng),
-                points=1.5,
-                hidden=True,
-                **WIDE,
-            ),
-            points=0.5,
+        hidden(
+            "weight and bias of shape normalized_shape",
+            lambda rng: _ln_case(_apart(rng, 3, 2, 64, 64), 2, rng),
+            points=1.5,
+            twin=0.5,
+            **WIDE,
         ),
-        *also_visible(
-            Check(
-                "rows of only 4 features (which variance estimator?)",
-                lambda rng: _ln_case(with_spread(rng, randn(rng, 6, 4), 4), 1),
-                points=1.5,
-                hidden=True,
-                **_F32,
-            ),
-            points=0.5,
+        hidden(
+            "rows of only 4 features (which variance estimator?)",
+            lambda rng: _ln_case(with_spread(rng, randn(rng, 6, 4), 4), 1),
+            points=1.5,
+            twin=0.5,
+            **_F32,
         ),
-        *also_visible(
-            Check(
-                "rows whose variance is close to ε, with eps=1e-3 given",
-                lambda rng: _ln_case(randn(rng, 4, 4096) * np.float32(0.03), 1, eps=1e-3),
-                points=1.5,
-                hidden=True,
-                **WIDE,
-            ),
-            points=0.5,
+        hidden(
+            "rows whose variance is close to ε, with eps=1e-3 given",
+            lambda rng: _ln_case(randn(rng, 4, 4096) * np.float32(0.03), 1, eps=1e-3),
+            points=1.5,
+            twin=0.5,
+            **WIDE,
         ),
-        *also_visible(
-            Check(
-                "float32 rows with mean 1e4 (numerically stable statistics)",
-                lambda rng: _ln_case(randn(rng, 8, 256) + np.float32(1e4), 1),
-                points=1,
-                hidden=True,
-                atol=0.05,  # a correct float32 answer is within ~3e-3 of the float64 truth
-                float64_oracle=True,
-            ),
-            points=0.5,
+        hidden(
+            "float32 rows with mean 1e4 (numerically stable statistics)",
+            lambda rng: _ln_case(randn(rng, 8, 256) + np.float32(1e4), 1),
+            points=1,
+            twin=0.5,
+            atol=0.05,  # a correct float32 answer is within ~3e-3 of the float64 truth
+            float64_oracle=True,
         ),
-        Check(
+        hidden(
             "constant rows give exactly the bias",
             lambda rng: _ln_case(np.full((3, 8), 7.0, np.float32), 1, rng),
             points=0.5,
-            hidden=True,
             **_F32,
         ),
     ),
@@ -285,33 +282,28 @@ STABLE_VAR = Exercise(
         ),
     ),
     checks=(
-        Check(
+        visible(
             "per-row biased variance of a (4, 10) input",
             lambda rng: _var_case(randn(rng, 4, 10)),
             points=1,
         ),
-        *also_visible(
-            Check(
-                "float32 rows with mean 1e4 and variance about 1",
-                lambda rng: _var_case(randn(rng, 6, 512) + np.float32(1e4)),
-                points=1,
-                hidden=True,
-                atol=0.02,  # a two-pass float32 answer is within ~1e-3 here; naive is off by ~10
-                float64_oracle=True,
-            ),
-            points=0.5,
+        hidden(
+            "float32 rows with mean 1e4 and variance about 1",
+            lambda rng: _var_case(randn(rng, 6, 512) + np.float32(1e4)),
+            points=1,
+            twin=0.5,
+            atol=0.02,  # a two-pass float32 answer is within ~1e-3 here; naive is off by ~10
+            float64_oracle=True,
         ),
-        Check(
+        hidden(
             "constant rows have zero variance, never negative",
             lambda rng: _var_case(np.full((3, 64), 1234.5678, np.float32)),
             points=0.5,
-            hidden=True,
         ),
-        Check(
+        hidden(
             "variance along dim 0 of a (2, 5) input",
             lambda rng: _var_case(randn(rng, 2, 5), dim=0),
             points=0.5,
-            hidden=True,
         ),
     ),
 )
@@ -351,61 +343,46 @@ def _backward_case(rng, *shape, ndims=1, weight=True, scale=1.0, eps=1e-5, as_in
     return case
 
 
-_F64 = {"rtol": 1e-7, "atol": 1e-9}
-
 LAYER_NORM_BACKWARD = Exercise(
     name="layer_norm_backward",
     reference=ref.layer_norm_backward,
     probe=probe_backward,
     properties=BACKWARD_PROPERTIES,
-    **_F64,
+    **FLOAT64,
     forbidden=forbid(*NORMALIZATIONS),
     forms=(("normalized_shape", "int"), ("normalized_shape", "tuple")),
     mistakes=(
-        Mistake(
+        slip(
+            _backward_variant,
             "statistics treated as constants",
             "Your grad_x treats μ and σ as constants; they depend on x, which adds the two "
             "mean-subtracted terms of the closed form.",
-            partial(_backward_variant, through_stats=False),
+            through_stats=False,
         ),
-        Mistake(
+        slip(
+            _backward_variant,
             "weight left out of grad_x",
             "Your grad_x ignores γ: the gradient reaching x̂ is grad_out·γ.",
-            partial(_backward_variant, use_weight=False),
+            use_weight=False,
         ),
     ),
     checks=(
-        Check(
+        visible(
             "float64 (4, 6) rows with a weight (an int normalized_shape), against autograd",
             lambda rng: _backward_case(rng, 4, 6, as_int=True),
             points=2,
         ),
-        Check(
+        hidden(
             "leading dims (2, 3, 8): grad_weight and grad_bias sum over all of them",
             lambda rng: _backward_case(rng, 2, 3, 8),
             points=1,
-            hidden=True,
         ),
-        Check(
+        hidden(
             "normalized_shape spanning two trailing dims",
             lambda rng: _backward_case(rng, 3, 4, 5, ndims=2),
             points=2,
-            hidden=True,
         ),
-        Check(
-            "no weight: grad_x alone",
-            lambda rng: _backward_case(rng, 5, 7, weight=False),
-            points=0.5,
-            hidden=True,
-        ),
-        Check(
-            "rows whose variance is close to ε, with eps=1e-3 given",
-            lambda rng: _backward_case(rng, 3, 16, scale=0.03, eps=1e-3),
-            points=0.5,
-            hidden=True,
-            rtol=1e-6,
-            atol=1e-6,
-        ),
+        *backward_edges(_backward_case, (5, 7), (3, 16), scale=0.03, sets="rows"),
     ),
 )
 

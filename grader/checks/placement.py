@@ -31,7 +31,7 @@ import numpy as np
 import torch.nn.functional as F
 from torch import nn
 
-from grader.checks.core import Arrays, Check, Exercise, Mistake, Structure
+from grader.checks.core import FLOAT64, Arrays, Check, Exercise, Mistake, Structure, hidden, visible
 from grader.checks.library import LIBRARY_BLOCKS, LIBRARY_STACKS, forbid
 from grader.reference.blocks import PostLNBlock, PreLNBlock
 from grader.sandboxed import probes
@@ -44,17 +44,18 @@ from normcheck.structure import (
     SWITCH_OFF,
 )
 
-_TOL = {"rtol": 1e-7, "atol": 1e-9}  # float64 throughout; every mistake moves outputs by ~1
-
 # ---------------------------------------------------------------------------------------------
 # Inputs
 
 
-def _block_weights(rng: np.random.Generator, d: int, d_ff: int) -> dict[str, np.ndarray]:
+def _block_weights(
+    rng: np.random.Generator, d: int, d_ff: int, switch_off: bool
+) -> dict[str, np.ndarray]:
     """Random float64 weights for one block; LayerNorm affines far from (1, 0) so that no
-    misplaced norm can hide behind an identity affine."""
+    misplaced norm can hide behind an identity affine. With `switch_off`, the sublayers' output
+    weights are zeroed (`SWITCH_OFF`): each sublayer outputs only its bias."""
     n = rng.normal
-    return {
+    weights = {
         "self_attn.in_proj_weight": n(0, d**-0.5, (3 * d, d)),
         "self_attn.in_proj_bias": n(0, 0.2, 3 * d),
         "self_attn.out_proj.weight": n(0, d**-0.5, (d, d)),
@@ -68,56 +69,45 @@ def _block_weights(rng: np.random.Generator, d: int, d_ff: int) -> dict[str, np.
         "norm2.weight": n(1, 0.4, d),
         "norm2.bias": n(0, 0.4, d),
     }
+    if switch_off:
+        weights.update({k: np.zeros_like(weights[k]) for k in SWITCH_OFF})
+    return weights
 
 
-def _block_case(
+def _case(
     rng: np.random.Generator,
     d: int = 8,
     heads: int = 2,
     d_ff: int = 16,
+    *,
+    layers: int = 0,
     batch: int = 2,
     seq: int = 5,
-    *,
     scale: float = 1.0,
     stand_in: bool = False,
     switch_off: bool = False,
 ) -> Arrays:
-    weights = _block_weights(rng, d, d_ff)
-    if switch_off:
-        weights.update({k: np.zeros_like(weights[k]) for k in SWITCH_OFF})
-    case = {f"w:{k}": v for k, v in weights.items()}
-    case["dims"] = np.array([d, heads, d_ff])
+    """The weights of one block, or with `layers`, of a Pre-LN stack of that many blocks and its
+    final LayerNorm, in the `state_dict` layout; an input of `scale` and the cotangent its
+    backward pass starts from; with `stand_in`, the stand-in sublayers' weights."""
+    if layers:
+        case = {
+            f"w:layers.{i}.{k}": v
+            for i in range(layers)
+            for k, v in _block_weights(rng, d, d_ff, switch_off).items()
+        }
+        case["w:norm.weight"] = rng.normal(1, 0.4, d)
+        case["w:norm.bias"] = rng.normal(0, 0.4, d)
+        case["dims"] = np.array([layers, d, heads, d_ff])
+    else:
+        case = {f"w:{k}": v for k, v in _block_weights(rng, d, d_ff, switch_off).items()}
+        case["dims"] = np.array([d, heads, d_ff])
     case["x"] = scale * rng.standard_normal((batch, seq, d))
     case["cotangent"] = rng.standard_normal((batch, seq, d))
     if stand_in:
         case["f1_weight"] = rng.normal(0, 1.5 * d**-0.5, (d, d))
         case["f1_bias"] = rng.normal(0, 0.5, d)
         case["f2_weight"] = rng.normal(0, d**-0.5, (d, d))
-    return case
-
-
-def _stack_case(
-    rng: np.random.Generator,
-    layers: int = 3,
-    d: int = 8,
-    heads: int = 2,
-    d_ff: int = 16,
-    batch: int = 2,
-    seq: int = 4,
-    *,
-    switch_off: bool = False,
-) -> Arrays:
-    case: Arrays = {}
-    for i in range(layers):
-        weights = _block_weights(rng, d, d_ff)
-        if switch_off:
-            weights.update({k: np.zeros_like(weights[k]) for k in SWITCH_OFF})
-        case.update({f"w:layers.{i}.{k}": v for k, v in weights.items()})
-    case["w:norm.weight"] = rng.normal(1, 0.4, d)
-    case["w:norm.bias"] = rng.normal(0, 0.4, d)
-    case["dims"] = np.array([layers, d, heads, d_ff])
-    case["x"] = rng.standard_normal((batch, seq, d))
-    case["cotangent"] = rng.standard_normal((batch, seq, d))
     return case
 
 
@@ -350,36 +340,33 @@ BLOCK_STRUCTURE = Structure(
 
 def _block_checks(placement: str, switched_off: str) -> tuple[Check, ...]:
     return (
-        Check(
+        visible(
             f"outputs and input gradients equal nn.TransformerEncoderLayer ({placement}) given "
             "the same weights",
-            lambda rng: _block_case(rng),
+            lambda rng: _case(rng),
             points=1.5,
         ),
-        Check(
+        visible(
             "residual structure with stand-in sublayers F₁, F₂: output, input gradient, and "
             "what `norm1` and `norm2` each receive",
-            lambda rng: _block_case(rng, stand_in=True),
+            lambda rng: _case(rng, stand_in=True),
             points=1.5,
         ),
-        Check(
+        hidden(
             "output weights zeroed, so each sublayer outputs only its bias b: the block must "
             f"reduce to {switched_off}",
-            lambda rng: _block_case(rng, switch_off=True),
+            lambda rng: _case(rng, switch_off=True),
             points=1,
-            hidden=True,
         ),
-        Check(
+        hidden(
             "random weights, 4 heads, d_model 12, inputs of scale 3: outputs and gradients",
-            lambda rng: _block_case(rng, 12, 4, 20, batch=3, seq=4, scale=3.0),
+            lambda rng: _case(rng, 12, 4, 20, batch=3, seq=4, scale=3.0),
             points=1,
-            hidden=True,
         ),
-        Check(
+        hidden(
             "residual structure with other stand-in sublayers and a longer sequence",
-            lambda rng: _block_case(rng, 8, 2, 16, batch=2, seq=7, stand_in=True),
+            lambda rng: _case(rng, 8, 2, 16, batch=2, seq=7, stand_in=True),
             points=1,
-            hidden=True,
         ),
     )
 
@@ -395,7 +382,7 @@ def _block_exercise(
         probe=probe_block,
         checks=_block_checks(f"norm_first={norm_first}", switched_off),
         mistakes=mistakes,
-        **_TOL,
+        **FLOAT64,
         properties=properties,
         structure=BLOCK_STRUCTURE,
         forbidden=forbid(LIBRARY_BLOCKS, LIBRARY_STACKS),
@@ -424,35 +411,33 @@ PRE_LN_ENCODER = Exercise(
     reference=reference_pre_ln_encoder,
     probe=probe_stack,
     checks=(
-        Check(
+        visible(
             "a 3-layer stack: outputs and input gradients equal nn.TransformerEncoder with "
             "norm=LayerNorm, given the same weights",
-            lambda rng: _stack_case(rng),
+            lambda rng: _case(rng, layers=3, seq=4),
             points=1.5,
         ),
-        Check(
+        visible(
             "output weights zeroed in every block: the stack must reduce to its final LayerNorm "
             "of x + the sum of the sublayers' biases",
-            lambda rng: _stack_case(rng, switch_off=True),
+            lambda rng: _case(rng, layers=3, seq=4, switch_off=True),
             points=1,
         ),
-        Check(
+        hidden(
             "a 4-layer stack with random weights: outputs and gradients",
-            lambda rng: _stack_case(rng, 4, 8, 2, 12, batch=3, seq=5),
+            lambda rng: _case(rng, 8, 2, 12, layers=4, batch=3, seq=5),
             points=1,
-            hidden=True,
         ),
-        Check(
+        hidden(
             "a 2-layer stack with output weights zeroed and another final affine",
-            lambda rng: _stack_case(rng, 2, 12, 3, 16, switch_off=True),
+            lambda rng: _case(rng, 12, 3, 16, layers=2, seq=4, switch_off=True),
             points=0.5,
-            hidden=True,
         ),
     ),
     mistakes=ENCODER_MISTAKES,
     properties=ENCODER_PROPERTIES,
     structure=Structure("samples kept apart, one final LayerNorm after the blocks", cap=0.5),
-    **_TOL,
+    **FLOAT64,
     forbidden=forbid(LIBRARY_STACKS),
 )
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from grader.checks.core import Arrays, Check, Exercise, Mistake, Structure, also_visible
+from grader.checks.core import Arrays, Exercise, Structure, hidden, slip, visible
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, forbid
 from grader.checks.variants import root
@@ -77,6 +77,8 @@ def _offset_rows(rng, *shape, dtype=np.float32) -> np.ndarray:
     return (rng.normal(0.0, 2.0, (*shape[:-1], 1)) + rng.standard_normal(shape)).astype(dtype)
 
 
+_slip = partial(slip, _rms_norm_variant)
+
 RMS_NORM = Exercise(
     name="rms_norm",
     reference=_rms_reference,
@@ -91,104 +93,95 @@ RMS_NORM = Exercise(
     ),
     forbidden=forbid(*NORMALIZATIONS),
     mistakes=(
-        Mistake(
+        _slip(
             "mean subtracted",
             "Your rows are centered first; RMSNorm divides by the root mean square of x itself "
             "and never subtracts the mean (that would be LayerNorm without β).",
-            partial(_rms_norm_variant, center=True),
+            center=True,
         ),
-        Mistake(
+        _slip(
             "eps None read as 0",
             "`eps=None` does not mean no ε: PyTorch then uses `torch.finfo(x.dtype).eps`.",
-            partial(_rms_norm_variant, eps_default=0.0),
+            eps_default=0.0,
         ),
-        Mistake(
+        _slip(
             "eps None read as 1e-5",
             "`eps=None` means `torch.finfo(x.dtype).eps` (1.19e-7 in float32), not LayerNorm's "
             "default 1e-5.",
-            partial(_rms_norm_variant, eps_default=1e-5),
+            eps_default=1e-5,
         ),
-        Mistake(
+        _slip(
             "float32 eps for every dtype",
             "`eps=None` means the machine epsilon of the input's own dtype, "
             "`torch.finfo(x.dtype).eps`; float64 input needs float64's.",
-            partial(_rms_norm_variant, eps_default=float(torch.finfo(torch.float32).eps)),
+            eps_default=float(torch.finfo(torch.float32).eps),
         ),
-        Mistake(
+        _slip(
             "eps outside the square root",
             "ε is added outside the root, x/(rms+ε); RMSNorm adds it to the mean square, "
             "x/√(mean(x²)+ε).",
-            partial(_rms_norm_variant, eps_outside=True),
+            eps_outside=True,
         ),
-        Mistake(
+        _slip(
             "last dim only",
             "Your mean square covers only the last dim; with a multi-dim `normalized_shape` it "
             "runs over all of its trailing dims together.",
-            partial(_rms_norm_variant, last_dim_only=True),
+            last_dim_only=True,
             structural=True,
         ),
-        Mistake(
+        _slip(
             "root of the sum",
             "You divide by the Euclidean norm √(Σx²); RMSNorm divides by the root of the *mean* "
             "square, √(Σx²/n).",
-            partial(_rms_norm_variant, root_of_sum=True),
+            root_of_sum=True,
         ),
-        Mistake(
+        _slip(
             "weight ignored",
             "`weight` (γ, shape `normalized_shape`) is not applied to the normalized output.",
-            partial(_rms_norm_variant, use_weight=False),
+            use_weight=False,
         ),
     ),
     checks=(
-        Check(
+        visible(
             "rows of 8 features with a weight, eps=None, an int normalized_shape",
             lambda rng: _rms_case(_offset_rows(rng, 3, 8), 1, rng, as_int=True),
             points=1,
         ),
-        Check(
+        visible(
             "normalized_shape spanning the last two dims of a (2, 3, 4) input",
             lambda rng: _rms_case(_offset_rows(rng, 2, 3, 4), 2),
             points=1.5,
         ),
-        *also_visible(
-            Check(
-                "float32 rows with mean square near 1e-6, eps=None",
-                lambda rng: _rms_case(randn(rng, 4, 16) * np.float32(1e-3), 1),
-                points=1,
-                hidden=True,
-            ),
+        hidden(
+            "float32 rows with mean square near 1e-6, eps=None",
+            lambda rng: _rms_case(randn(rng, 4, 16) * np.float32(1e-3), 1),
+            points=1,
+            twin=0.5,
+        ),
+        hidden(
+            "float64 rows whose mean square is far below float64's machine ε, eps=None",
+            lambda rng: _rms_case(randn(rng, 4, 16, dtype=np.float64) * 1e-9, 1),
             points=0.5,
+            twin=0.25,
+            rtol=1e-9,
+            atol=1e-9,
         ),
-        *also_visible(
-            Check(
-                "float64 rows whose mean square is far below float64's machine ε, eps=None",
-                lambda rng: _rms_case(randn(rng, 4, 16, dtype=np.float64) * 1e-9, 1),
-                points=0.5,
-                hidden=True,
-                rtol=1e-9,
-                atol=1e-9,
-            ),
-            points=0.25,
-        ),
-        Check(
+        hidden(
             "an explicit eps=1e-6 on rows of mean square near 1e-6",
             lambda rng: _rms_case(randn(rng, 3, 10) * np.float32(1e-3), 1, eps=1e-6),
             points=0.5,
-            hidden=True,
         ),
-        Check(
+        hidden(
             "normalized_shape of three dims, with a weight",
             lambda rng: _rms_case(
                 with_spread(rng, _offset_rows(rng, 2, 2, 3, 4), 24, low=1.0), 3, rng
             ),
             points=1,
-            hidden=True,
         ),
-        Check(
+        hidden(
             "an all-zero row gives zeros, not NaN",
             lambda rng: _rms_case(np.zeros((2, 6), np.float32), 1),
             points=0.5,
-            hidden=True,
         ),
     ),
 )

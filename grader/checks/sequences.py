@@ -27,7 +27,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from grader.checks.core import Arrays, Check, Exercise, Mistake, Structure, also_visible
+from grader.checks.core import Arrays, Exercise, Structure, hidden, slip, visible
 from grader.checks.inputs import judging
 from grader.checks.library import MASKED_MEAN, NORMALIZATIONS, SEQUENCE_MASKS, forbid
 from grader.reference import masking as ref
@@ -115,6 +115,8 @@ def _too_long(rng) -> Arrays:
     return _mask_case(lengths, max_len=4)
 
 
+_mask_slip = partial(slip, _mask_variant)
+
 LENGTHS_TO_MASK = Exercise(
     name="lengths_to_mask",
     reference=ref.lengths_to_mask,
@@ -122,81 +124,74 @@ LENGTHS_TO_MASK = Exercise(
     forms=(("lengths", "list"), ("lengths", "Tensor")),
     forbidden=forbid(SEQUENCE_MASKS),
     mistakes=(
-        Mistake(
+        _mask_slip(
             "lengths outside [0, max_len] accepted",
             "A length below 0 or above max_len is accepted silently (it just makes a row of "
             "False or is cut off); raise a ValueError that names the bad length.",
-            partial(_mask_variant, validate=False),
+            validate=False,
         ),
-        Mistake(
+        _mask_slip(
             "True marks padding",
             "Your mask is True at the padding; the course's convention is True = real token "
             "(PyTorch's key_padding_mask uses the opposite one: pass it ~mask).",
-            partial(_mask_variant, inverted=True),
+            inverted=True,
         ),
-        Mistake(
+        _mask_slip(
             "off by one",
             "Your mask has one True too many per sequence: position t is real when t < length "
             "(positions count from 0).",
-            partial(_mask_variant, inclusive=True),
+            inclusive=True,
         ),
-        Mistake(
+        _mask_slip(
             "max_len ignored",
             "`max_len` is ignored: the mask must have max_len columns when it is given, even "
             "when it is longer than every sequence.",
-            partial(_mask_variant, ignore_max_len=True),
+            ignore_max_len=True,
         ),
-        Mistake(
+        _mask_slip(
             "0/1 numbers instead of bool",
             "Your mask holds 0/1 numbers; it must be a bool tensor (x[mask] selects rows only "
             "with a bool mask; an integer one indexes rows 0 and 1).",
-            partial(_mask_variant, as_numbers=True),
+            as_numbers=True,
         ),
     ),
     checks=(
-        Check(
+        visible(
             "lengths given as a list: one row per sequence, as many columns as the longest",
             lambda rng: _mask_case([3, 1, 4], as_list=True),
             points=1,
         ),
-        Check(
+        visible(
             "lengths given as a tensor, with a max_len longer than every sequence",
             lambda rng: _mask_case([2, 5], max_len=7),
             points=1,
         ),
-        Check(
+        hidden(
             "very different lengths in one batch",
             _very_different_lengths,
             points=1,
-            hidden=True,
         ),
-        Check(
+        hidden(
             "single-token sequences",
             lambda rng: _mask_case(np.ones(int(rng.integers(3, 9)), np.int64)),
             points=0.5,
-            hidden=True,
         ),
-        Check(
+        hidden(
             "a sequence of length 0 gives a row of False",
             _with_empty_sequences,
             points=0.5,
-            hidden=True,
         ),
-        *also_visible(
-            Check(
-                "a negative length raises ValueError",
-                _negative_length,
-                points=0.5,
-                hidden=True,
-                expects=ValueError,
-            ),
-            points=0.25,
+        hidden(
+            "a negative length raises ValueError",
+            _negative_length,
+            points=0.5,
+            twin=0.25,
+            expects=ValueError,
         ),
-        Check(
+        hidden(
             "a length above max_len raises ValueError",
             _too_long,
             points=0.5,
-            hidden=True,
             expects=ValueError,
         ),
     ),
@@ -333,6 +328,8 @@ def _eval_composition(rng) -> Arrays:
     return _bn_scenario(rng, [lengths], 8, training=[False], pad="garbage", random_start=True)
 
 
+_bn_slip = partial(slip, _masked_bn_variant)
+
 MASKED_BATCH_NORM = Exercise(
     name="masked_batch_norm",
     reference=ref.masked_batch_norm,
@@ -343,129 +340,118 @@ MASKED_BATCH_NORM = Exercise(
     atol=1e-4,
     forbidden=forbid(*NORMALIZATIONS),
     mistakes=(
-        Mistake(
+        _bn_slip(
             "no error for a batch without real tokens",
             "A batch with no real token has no statistics (0/0 = NaN); raise a ValueError "
             "instead of returning NaN or updating the running statistics with it.",
-            partial(_masked_bn_variant, check_empty=False),
+            check_empty=False,
         ),
         # before the structural one, whose running statistics are the same: a check of the
         # running statistics alone says this, not that the whole structure is wrong
-        Mistake(
+        _bn_slip(
             "padding included in the running statistics",
             "Your running_mean and running_var are updated from every position, padding "
             "included; evaluation then uses polluted statistics.",
-            partial(_masked_bn_variant, pad_in_running=True),
+            pad_in_running=True,
         ),
-        Mistake(
+        _bn_slip(
             "padding included in the statistics",
             "Your statistics include the padded positions: the mean and variance must run over "
             "the real tokens only (x[mask]); the padding drags them toward its own value.",
-            partial(_masked_bn_variant, pad_in_stats=True),
+            pad_in_stats=True,
             structural=True,
         ),
-        Mistake(
+        _bn_slip(
             "padded count in the unbiased correction",
             "running_var's unbiased correction n/(n−1) counts the padded positions; n is the "
             "number of real tokens.",
-            partial(_masked_bn_variant, padded_count=True),
+            padded_count=True,
         ),
-        Mistake(
+        _bn_slip(
             "biased running variance",
             "running_var is updated with the biased variance; like nn.BatchNorm1d it stores the "
             "unbiased one, n/(n−1)·σ², n being the number of real tokens.",
-            partial(_masked_bn_variant, biased_running=True),
+            biased_running=True,
         ),
-        Mistake(
+        _bn_slip(
             "running statistics not updated in place",
             "running_mean and running_var are never changed for the caller: update them in "
             "place (running_mean.mul_(1 − m).add_(m·mean), or running_mean[:] = …); assigning "
             "a new tensor to the argument's name is lost when the function returns.",
-            partial(_masked_bn_variant, in_place=False),
+            in_place=False,
         ),
-        Mistake(
+        _bn_slip(
             "batch statistics in evaluation",
             "With training=False the running statistics must be used, not the statistics of the "
             "batch in front of you.",
-            partial(_masked_bn_variant, eval_batch_stats=True),
+            eval_batch_stats=True,
         ),
-        Mistake(
+        _bn_slip(
             "masking by multiplication",
             "The padding's values still reach your arithmetic: x·mask keeps 0·NaN = NaN (and "
             "0·inf); select the real tokens (x[mask], torch.where) instead of multiplying.",
-            partial(_masked_bn_variant, multiply_mask=True),
+            multiply_mask=True,
         ),
     ),
     checks=(
-        Check(
+        visible(
             "one training step, no running statistics: equals BatchNorm over the real tokens",
             lambda rng: _bn_scenario(rng, [[6, 2]], 6, dim=3, running=False),
             points=1,
         ),
-        Check(
+        visible(
             "three training steps: outputs",
             judging("outputs", lambda rng: _bn_scenario(rng, THREE_STEPS, 6, dim=3)),
             points=0.5,
         ),
-        Check(
+        visible(
             "three training steps: running statistics",
             judging("running statistics", lambda rng: _bn_scenario(rng, THREE_STEPS, 6, dim=3)),
             points=0.5,
         ),
-        Check(
+        hidden(
             "invariant to appended padding (4× the longest sequence, any padding values)",
             judging("outputs", _appended_padding),
             points=0.75,
-            hidden=True,
         ),
-        Check(
+        hidden(
             "one training step from running statistics elsewhere than 0 and 1, padding appended: "
             "running statistics",
             judging("running statistics", _appended_padding),
             points=0.25,
-            hidden=True,
         ),
-        Check(
+        hidden(
             "very different lengths, single-token sequences and an all-padding row",
             judging("outputs", _extreme_batch),
             points=1,
-            hidden=True,
         ),
-        Check(
+        hidden(
             "batches with different masks, momentum 0.3 and eps 0.1: outputs",
             judging("outputs", _running_scenario),
             points=0.5,
-            hidden=True,
         ),
-        Check(
+        hidden(
             "running statistics over real tokens only, across batches with different masks, "
             "momentum 0.3",
             judging("running statistics", _running_scenario),
             points=1,
-            hidden=True,
         ),
-        *also_visible(
-            Check(
-                "evaluation: a token's output does not depend on the rest of the batch, and the "
-                "running statistics are left unchanged",
-                judging("evaluation", _eval_composition),
-                points=1,
-                hidden=True,
+        hidden(
+            "evaluation: a token's output does not depend on the rest of the batch, and the "
+            "running statistics are left unchanged",
+            judging("evaluation", _eval_composition),
+            points=1,
+            twin=0.25,
+        ),
+        hidden(
+            "NaN padding never reaches the output",
+            judging(
+                "outputs", lambda rng: _bn_scenario(rng, [rng.integers(1, 7, 3)], 8, pad="nan")
             ),
-            points=0.25,
+            points=0.5,
+            twin=0.25,
         ),
-        *also_visible(
-            Check(
-                "NaN padding never reaches the output",
-                judging(
-                    "outputs", lambda rng: _bn_scenario(rng, [rng.integers(1, 7, 3)], 8, pad="nan")
-                ),
-                points=0.5,
-                hidden=True,
-            ),
-            points=0.25,
-        ),
-        Check(
+        hidden(
             "the output is 0 at padded positions",
             judging(
                 "outputs",
@@ -474,17 +460,13 @@ MASKED_BATCH_NORM = Exercise(
                 ),
             ),
             points=0.5,
-            hidden=True,
         ),
-        *also_visible(
-            Check(
-                "a batch with no real tokens raises ValueError",
-                lambda rng: _bn_scenario(rng, [np.zeros(3, np.int64)], 5),
-                points=0.5,
-                hidden=True,
-                expects=ValueError,
-            ),
-            points=0.25,
+        hidden(
+            "a batch with no real tokens raises ValueError",
+            lambda rng: _bn_scenario(rng, [np.zeros(3, np.int64)], 5),
+            points=0.5,
+            twin=0.25,
+            expects=ValueError,
         ),
     ),
 )
@@ -526,6 +508,8 @@ def _pool_empty_row(rng) -> Arrays:
     return _pool_case(rng, lengths, 6, pad="zero")
 
 
+_pool_slip = partial(slip, _pool_variant)
+
 MASKED_MEAN_POOL = Exercise(
     name="masked_mean_pool",
     reference=partial(ref.masked_mean, dim=1),
@@ -533,81 +517,72 @@ MASKED_MEAN_POOL = Exercise(
     forbidden=forbid(MASKED_MEAN, own=("masked_mean_pool",)),
     structure=Structure("a mean over each sequence's real tokens only", cap=1),
     mistakes=(
-        Mistake(
+        _pool_slip(
             "empty sequence gives NaN",
             "A sequence with no real tokens gives 0/0 = NaN silently; raise a ValueError that "
             "says which sequence is empty.",
-            partial(_pool_variant, empty="nan"),
+            empty="nan",
         ),
-        Mistake(
+        _pool_slip(
             "empty sequence hidden by clamping the count",
             "Clamping the token count to at least 1 turns a sequence with no real tokens into a "
             "silent vector of zeros; raise a ValueError instead.",
-            partial(_pool_variant, empty="zero"),
+            empty="zero",
         ),
-        Mistake(
+        _pool_slip(
             "padding included in the mean",
             "Your pooled vector includes the padded positions (the naive h.mean(1)); average "
             "over the real tokens only.",
-            partial(_pool_variant, include_padding=True),
+            include_padding=True,
             structural=True,
         ),
-        Mistake(
+        _pool_slip(
             "divided by the padded length",
             "You sum the real tokens but divide by the padded length L; divide by each "
             "sequence's number of real tokens, mask.sum(1).",
-            partial(_pool_variant, divide_by_length=True),
+            divide_by_length=True,
             structural=True,
         ),
-        Mistake(
+        _pool_slip(
             "masking by multiplication",
             "The padding's values still reach your sum: h·mask keeps 0·NaN = NaN; select the "
             "real tokens with torch.where(mask[..., None], h, 0) instead of multiplying.",
-            partial(_pool_variant, multiply_mask=True),
+            multiply_mask=True,
         ),
     ),
     checks=(
-        Check(
+        visible(
             "the mean over the real tokens of a (2, 5, 5) batch with values in its padding",
             lambda rng: _pool_case(rng, [5, 2]),
             points=1,
         ),
-        Check(
+        hidden(
             "very different lengths, garbage in the padding",
             lambda rng: _pool_case(rng, rng.permutation([1, int(rng.integers(100, 200)), 3])),
             points=1,
-            hidden=True,
         ),
-        Check(
+        hidden(
             "invariant to appended padding (5× the longest sequence)",
             _pool_appended,
             points=1,
-            hidden=True,
         ),
-        Check(
+        hidden(
             "single-token sequences give that token",
             lambda rng: _pool_case(rng, np.ones(3, np.int64), int(rng.integers(2, 6))),
             points=0.5,
-            hidden=True,
         ),
-        *also_visible(
-            Check(
-                "NaN padding never reaches the result",
-                lambda rng: _pool_case(rng, rng.integers(1, 7, 3), 8, pad="nan"),
-                points=0.5,
-                hidden=True,
-            ),
-            points=0.25,
-        ),
-        *also_visible(
-            Check(
-                "a sequence with no real tokens raises ValueError (not NaN)",
-                _pool_empty_row,
-                points=1,
-                hidden=True,
-                expects=ValueError,
-            ),
+        hidden(
+            "NaN padding never reaches the result",
+            lambda rng: _pool_case(rng, rng.integers(1, 7, 3), 8, pad="nan"),
             points=0.5,
+            twin=0.25,
+        ),
+        hidden(
+            "a sequence with no real tokens raises ValueError (not NaN)",
+            _pool_empty_row,
+            points=1,
+            twin=0.5,
+            expects=ValueError,
         ),
     ),
 )
