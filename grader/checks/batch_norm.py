@@ -231,7 +231,7 @@ def _scenario(
     outputs (the normalization) and its running statistics (the moving average), each with its
     own points and the share of them its visible twin takes, if any (`twins`)."""
     return tuple(
-        run(f"{description}: {words}", judging(part, case), points, twin=twin, **options)
+        run(points, f"{description}: {words}", judging(part, case), twin=twin, **options)
         for part, words, points, twin in (
             ("training outputs", "outputs", training, twins[0]),
             ("running statistics", "running statistics", running, twins[1]),
@@ -265,9 +265,9 @@ BATCH_NORM = Exercise(
             running=0.5,
         ),
         visible(
+            0.5,
             "the table evaluated with the running statistics that step leaves",
             judging("evaluation", _table_evaluated),
-            points=0.5,
         ),
         *_scenario(
             visible,
@@ -299,12 +299,12 @@ BATCH_NORM = Exercise(
             atol=1e-4,
         ),
         hidden(
+            0.5,
             "running statistics that start elsewhere than 0 and 1, two steps",
             judging(
                 "running statistics",
                 lambda rng: _bn_steps(rng, (64, 3, 64), steps=2, random_start=True),
             ),
-            points=0.5,
             **WIDE,
         ),
         *_scenario(
@@ -315,21 +315,21 @@ BATCH_NORM = Exercise(
             running=0.25,
         ),
         hidden(
+            0.75,
             "evaluation on another batch with running statistics elsewhere than 0 and 1: "
             "normalized with them, which it leaves unchanged",
             judging(
                 "evaluation",
                 lambda rng: _bn_steps(rng, (64, 3, 64), steps=0, eval_n=5, random_start=True),
             ),
-            points=0.75,
         ),
         hidden(
+            0.75,
             "evaluation on a single sample uses the running statistics",
             judging(
                 "evaluation",
                 lambda rng: _bn_steps(rng, (4096, 4), steps=0, eval_n=1, random_start=True),
             ),
-            points=0.75,
         ),
     ),
 )
@@ -368,17 +368,15 @@ TORCH_MOMENTUM = Exercise(
     ),
     checks=(
         visible(
+            1,
             "the CS231n value 0.9, then four batches through nn.BatchNorm1d",
             lambda rng: _momentum_case(rng, 0.9),
-            points=1,
         ),
+        hidden(0.5, "Keras's default 0.99", lambda rng: _momentum_case(rng, 0.99), twin=0.25),
         hidden(
-            "Keras's default 0.99", lambda rng: _momentum_case(rng, 0.99), points=0.5, twin=0.25
-        ),
-        hidden(
+            0.5,
             "another Keras momentum",
             lambda rng: _momentum_case(rng, float(rng.uniform(0.55, 0.85))),
-            points=0.5,
         ),
     ),
 )
@@ -476,20 +474,20 @@ PREDICT = Exercise(
     ),
     checks=(
         visible(
+            2,
             "a model in train mode: outputs from the running statistics, buffers untouched",
             lambda rng: _predict_case(rng, 8, training=True),
-            points=2,
         ),
         hidden(
+            1,
             "a model already in eval mode stays in eval mode",
             lambda rng: _predict_case(rng, 8, training=False),
-            points=1,
             twin=0.5,
         ),
         hidden(
+            1,
             "a model in train mode, asked about a single sample",
             lambda rng: _predict_case(rng, 1, training=True),
-            points=1,
         ),
     ),
 )

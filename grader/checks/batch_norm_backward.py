@@ -132,20 +132,18 @@ BATCH_NORM_BACKWARD = Exercise(
     ),
     checks=(
         visible(
+            2,
             "a float64 (8, 3) batch with a weight, against autograd",
             lambda rng: _case(rng, 8, 3),
-            points=2,
         ),
         hidden(
+            2,
             "an (N, C, L) batch: statistics, grad_weight and grad_bias over N and L",
             lambda rng: _case(rng, 4, 3, 5),
-            points=2,
             twin=1,
         ),
         hidden(
-            "a (16, 4, 4) batch, L = C: channels are dim 1",
-            lambda rng: _case(rng, 16, 4, 4),
-            points=1,
+            1, "a (16, 4, 4) batch, L = C: channels are dim 1", lambda rng: _case(rng, 16, 4, 4)
         ),
         *backward_edges(_case, (6, 5), (16, 3), scale=0.02, sets="channels"),
     ),

@@ -155,30 +155,30 @@ FOLD_BATCH_NORM = Exercise(
     ),
     checks=(
         visible(
+            2,
             "a Linear(6, 6) followed by a BatchNorm1d(6) with γ, β and running statistics",
             lambda rng: _case(rng, 6, 6),
-            points=2,
         ),
         hidden(
+            1.5,
             "running variances close to ε, with eps=1e-3 given",
             lambda rng: _case(rng, 5, 7, var=(1e-3, 4e-3), eps=1e-3),
-            points=1.5,
             twin=0.5,
         ),
         hidden(
+            1.5,
             "a Conv2d(3, 5, 3×3) weight: one scale per output channel",
             lambda rng: _case(rng, 5, 3, 3, 3),
-            points=1.5,
         ),
         hidden(
+            0.5,
             "a Linear without bias (bias=None), as before a BatchNorm",
             lambda rng: _case(rng, 4, 7, bias=False),
-            points=0.5,
         ),
         hidden(
+            0.5,
             "a BatchNorm without affine parameters (gamma and beta None)",
             lambda rng: _case(rng, 4, 7, affine=False),
-            points=0.5,
         ),
     ),
 )

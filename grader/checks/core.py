@@ -105,13 +105,17 @@ class Check:
         return self.expects.__name__ if self.expects is not None else ""
 
 
-def visible(description: str, inputs: Case, points: float, **options: Any) -> Check:
+# An exercise's checks read as its rubric, a row each: `visible(points, description, inputs)` or
+# `hidden(points, description, inputs)`, then the check's options (tolerance, `expects`, `twin`).
+
+
+def visible(points: float, description: str, inputs: Case, **options: Any) -> Check:
     """A check the student's own `check()` runs too, on fixed inputs (what the student sees is
     what is graded)."""
     return Check(description, inputs, points, **options)
 
 
-def hidden(description: str, inputs: Case, points: float, **options: Any) -> Check:
+def hidden(points: float, description: str, inputs: Case, **options: Any) -> Check:
     """A check run only when graded, on inputs drawn afresh for every grading run.
 
     With `twin=share`, a visible twin on fixed inputs takes `share` of its points, so that a

@@ -18,15 +18,11 @@ def backward_edges(
     norm's `sets` (rows, channels) close to the caller's ε: `case(rng, *shape, weight=…,
     scale=…, eps=…)` draws the inputs, of shape `unweighted` and `near_eps`."""
     return (
+        hidden(0.5, "no weight: grad_x alone", lambda rng: case(rng, *unweighted, weight=False)),
         hidden(
-            "no weight: grad_x alone",
-            lambda rng: case(rng, *unweighted, weight=False),
-            points=0.5,
-        ),
-        hidden(
+            0.5,
             f"{sets} whose variance is close to ε, with eps=1e-3 given",
             lambda rng: case(rng, *near_eps, scale=scale, eps=1e-3),
-            points=0.5,
             rtol=1e-6,
             atol=1e-6,
         ),

@@ -25,21 +25,11 @@ from functools import partial
 import numpy as np
 import torch
 
-from grader.checks.core import (
-    FLOAT64,
-    WIDE,
-    Arrays,
-    Exercise,
-    Mistake,
-    Structure,
-    hidden,
-    slip,
-    visible,
-)
+from grader.checks.core import FLOAT64, WIDE, Arrays, Exercise, Structure, hidden, slip, visible
 from grader.checks.gradients import backward_edges
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, VARIANCE, forbid
-from grader.checks.variants import standardized
+from grader.checks.variants import standardized, variance
 from grader.reference import functional as ref
 from grader.sandboxed.probe import trailing_dims
 from grader.sandboxed.probes import probe_backward, probe_layer_norm, probe_var
@@ -182,65 +172,65 @@ LAYER_NORM = Exercise(
     forms=(("normalized_shape", "int"), ("normalized_shape", "tuple")),
     checks=(
         visible(
+            0.5,
             "the worked example of section 2: tokens (1, 3) and (10, 14) each become (−1, 1)",
             lambda rng: _ln_case(
                 np.array([[[1.0, 3.0], [10.0, 14.0]]], np.float32), 1, as_int=True
             ),
-            points=0.5,
             **_F32,
         ),
         visible(
+            0.5,
             "normalizes each token of a (2, 3, 4096) batch over its features (an int "
             "normalized_shape)",
             lambda rng: _ln_case(_apart(rng, 2, 3, 4096), 1, as_int=True),
-            points=0.5,
             **WIDE,
         ),
         visible(
+            2,
             "normalized_shape spanning the last two dims of a (2, 3, 64, 64) input",
             lambda rng: _ln_case(_apart(rng, 2, 3, 64, 64), 2),
-            points=2,
             **WIDE,
         ),
         hidden(
+            1,
             "normalized_shape spanning the last three dims, per sample",
             lambda rng: _ln_case(_apart(rng, 3, 2, 16, 16, 16), 3),
-            points=1,
             **WIDE,
         ),
         hidden(
+            1.5,
             "weight and bias of shape normalized_shape",
             lambda rng: _ln_case(_apart(rng, 3, 2, 64, 64), 2, rng),
-            points=1.5,
             twin=0.5,
             **WIDE,
         ),
         hidden(
+            1.5,
             "rows of only 4 features (which variance estimator?)",
             lambda rng: _ln_case(with_spread(rng, randn(rng, 6, 4), 4), 1),
-            points=1.5,
             twin=0.5,
             **_F32,
         ),
         hidden(
+            1.5,
             "rows whose variance is close to ε, with eps=1e-3 given",
             lambda rng: _ln_case(randn(rng, 4, 4096) * np.float32(0.03), 1, eps=1e-3),
-            points=1.5,
             twin=0.5,
             **WIDE,
         ),
         hidden(
+            1,
             "float32 rows with mean 1e4 (numerically stable statistics)",
             lambda rng: _ln_case(randn(rng, 8, 256) + np.float32(1e4), 1),
-            points=1,
             twin=0.5,
             atol=0.05,  # a correct float32 answer is within ~3e-3 of the float64 truth
             float64_oracle=True,
         ),
         hidden(
+            0.5,
             "constant rows give exactly the bias",
             lambda rng: _ln_case(np.full((3, 8), 7.0, np.float32), 1, rng),
-            points=0.5,
             **_F32,
         ),
     ),
@@ -254,8 +244,9 @@ def _var_reference(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return x.var(dim, correction=0)
 
 
-def _var_naive(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    return (x * x).mean(dim) - x.mean(dim) ** 2
+def _var_variant(x: torch.Tensor, dim: int = -1, **slips) -> torch.Tensor:
+    """The variance along `dim` with the `variants.variance` slips; none set is correct."""
+    return variance(x, (dim,), **slips).squeeze(dim)
 
 
 def _var_case(x: np.ndarray, dim: int = -1) -> Arrays:
@@ -269,41 +260,43 @@ STABLE_VAR = Exercise(
     forbidden=forbid(VARIANCE, *NORMALIZATIONS),
     properties=(Variance(),),
     mistakes=(
-        Mistake(
+        slip(
+            _var_variant,
             "E[x²]−E[x]² cancellation",
             "Your variance is E[x²]−E[x]², which loses every significant digit in float32 when "
             "the mean is large (it can even go negative); subtract the mean first.",
-            _var_naive,
+            naive=True,
         ),
-        Mistake(
+        slip(
+            _var_variant,
             "unbiased variance",
             "Your variance divides by n−1; the one normalization layers use divides by n.",
-            lambda x, dim=-1: x.var(dim, correction=1),
+            correction=1,
         ),
     ),
     checks=(
         visible(
+            1,
             "per-row biased variance of a (4, 10) input",
             lambda rng: _var_case(randn(rng, 4, 10)),
-            points=1,
         ),
         hidden(
+            1,
             "float32 rows with mean 1e4 and variance about 1",
             lambda rng: _var_case(randn(rng, 6, 512) + np.float32(1e4)),
-            points=1,
             twin=0.5,
             atol=0.02,  # a two-pass float32 answer is within ~1e-3 here; naive is off by ~10
             float64_oracle=True,
         ),
         hidden(
+            0.5,
             "constant rows have zero variance, never negative",
             lambda rng: _var_case(np.full((3, 64), 1234.5678, np.float32)),
-            points=0.5,
         ),
         hidden(
+            0.5,
             "variance along dim 0 of a (2, 5) input",
             lambda rng: _var_case(randn(rng, 2, 5), dim=0),
-            points=0.5,
         ),
     ),
 )
@@ -368,19 +361,19 @@ LAYER_NORM_BACKWARD = Exercise(
     ),
     checks=(
         visible(
+            2,
             "float64 (4, 6) rows with a weight (an int normalized_shape), against autograd",
             lambda rng: _backward_case(rng, 4, 6, as_int=True),
-            points=2,
         ),
         hidden(
+            1,
             "leading dims (2, 3, 8): grad_weight and grad_bias sum over all of them",
             lambda rng: _backward_case(rng, 2, 3, 8),
-            points=1,
         ),
         hidden(
+            2,
             "normalized_shape spanning two trailing dims",
             lambda rng: _backward_case(rng, 3, 4, 5, ndims=2),
-            points=2,
         ),
         *backward_edges(_backward_case, (5, 7), (3, 16), scale=0.03, sets="rows"),
     ),

@@ -341,32 +341,32 @@ BLOCK_STRUCTURE = Structure(
 def _block_checks(placement: str, switched_off: str) -> tuple[Check, ...]:
     return (
         visible(
+            1.5,
             f"outputs and input gradients equal nn.TransformerEncoderLayer ({placement}) given "
             "the same weights",
             lambda rng: _case(rng),
-            points=1.5,
         ),
         visible(
+            1.5,
             "residual structure with stand-in sublayers F₁, F₂: output, input gradient, and "
             "what `norm1` and `norm2` each receive",
             lambda rng: _case(rng, stand_in=True),
-            points=1.5,
         ),
         hidden(
+            1,
             "output weights zeroed, so each sublayer outputs only its bias b: the block must "
             f"reduce to {switched_off}",
             lambda rng: _case(rng, switch_off=True),
-            points=1,
         ),
         hidden(
+            1,
             "random weights, 4 heads, d_model 12, inputs of scale 3: outputs and gradients",
             lambda rng: _case(rng, 12, 4, 20, batch=3, seq=4, scale=3.0),
-            points=1,
         ),
         hidden(
+            1,
             "residual structure with other stand-in sublayers and a longer sequence",
             lambda rng: _case(rng, 8, 2, 16, batch=2, seq=7, stand_in=True),
-            points=1,
         ),
     )
 
@@ -412,26 +412,26 @@ PRE_LN_ENCODER = Exercise(
     probe=probe_stack,
     checks=(
         visible(
+            1.5,
             "a 3-layer stack: outputs and input gradients equal nn.TransformerEncoder with "
             "norm=LayerNorm, given the same weights",
             lambda rng: _case(rng, layers=3, seq=4),
-            points=1.5,
         ),
         visible(
+            1,
             "output weights zeroed in every block: the stack must reduce to its final LayerNorm "
             "of x + the sum of the sublayers' biases",
             lambda rng: _case(rng, layers=3, seq=4, switch_off=True),
-            points=1,
         ),
         hidden(
+            1,
             "a 4-layer stack with random weights: outputs and gradients",
             lambda rng: _case(rng, 8, 2, 12, layers=4, batch=3, seq=5),
-            points=1,
         ),
         hidden(
+            0.5,
             "a 2-layer stack with output weights zeroed and another final affine",
             lambda rng: _case(rng, 12, 3, 16, layers=2, seq=4, switch_off=True),
-            points=0.5,
         ),
     ),
     mistakes=ENCODER_MISTAKES,

@@ -143,45 +143,45 @@ RMS_NORM = Exercise(
     ),
     checks=(
         visible(
+            1,
             "rows of 8 features with a weight, eps=None, an int normalized_shape",
             lambda rng: _rms_case(_offset_rows(rng, 3, 8), 1, rng, as_int=True),
-            points=1,
         ),
         visible(
+            1.5,
             "normalized_shape spanning the last two dims of a (2, 3, 4) input",
             lambda rng: _rms_case(_offset_rows(rng, 2, 3, 4), 2),
-            points=1.5,
         ),
         hidden(
+            1,
             "float32 rows with mean square near 1e-6, eps=None",
             lambda rng: _rms_case(randn(rng, 4, 16) * np.float32(1e-3), 1),
-            points=1,
             twin=0.5,
         ),
         hidden(
+            0.5,
             "float64 rows whose mean square is far below float64's machine ε, eps=None",
             lambda rng: _rms_case(randn(rng, 4, 16, dtype=np.float64) * 1e-9, 1),
-            points=0.5,
             twin=0.25,
             rtol=1e-9,
             atol=1e-9,
         ),
         hidden(
+            0.5,
             "an explicit eps=1e-6 on rows of mean square near 1e-6",
             lambda rng: _rms_case(randn(rng, 3, 10) * np.float32(1e-3), 1, eps=1e-6),
-            points=0.5,
         ),
         hidden(
+            1,
             "normalized_shape of three dims, with a weight",
             lambda rng: _rms_case(
                 with_spread(rng, _offset_rows(rng, 2, 2, 3, 4), 24, low=1.0), 3, rng
             ),
-            points=1,
         ),
         hidden(
+            0.5,
             "an all-zero row gives zeros, not NaN",
             lambda rng: _rms_case(np.zeros((2, 6), np.float32), 1),
-            points=0.5,
         ),
     ),
 )

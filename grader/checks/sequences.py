@@ -157,43 +157,30 @@ LENGTHS_TO_MASK = Exercise(
     ),
     checks=(
         visible(
+            1,
             "lengths given as a list: one row per sequence, as many columns as the longest",
             lambda rng: _mask_case([3, 1, 4], as_list=True),
-            points=1,
         ),
         visible(
+            1,
             "lengths given as a tensor, with a max_len longer than every sequence",
             lambda rng: _mask_case([2, 5], max_len=7),
-            points=1,
         ),
+        hidden(1, "very different lengths in one batch", _very_different_lengths),
         hidden(
-            "very different lengths in one batch",
-            _very_different_lengths,
-            points=1,
-        ),
-        hidden(
+            0.5,
             "single-token sequences",
             lambda rng: _mask_case(np.ones(int(rng.integers(3, 9)), np.int64)),
-            points=0.5,
         ),
+        hidden(0.5, "a sequence of length 0 gives a row of False", _with_empty_sequences),
         hidden(
-            "a sequence of length 0 gives a row of False",
-            _with_empty_sequences,
-            points=0.5,
-        ),
-        hidden(
+            0.5,
             "a negative length raises ValueError",
             _negative_length,
-            points=0.5,
             twin=0.25,
             expects=ValueError,
         ),
-        hidden(
-            "a length above max_len raises ValueError",
-            _too_long,
-            points=0.5,
-            expects=ValueError,
-        ),
+        hidden(0.5, "a length above max_len raises ValueError", _too_long, expects=ValueError),
     ),
 )
 
@@ -395,63 +382,64 @@ MASKED_BATCH_NORM = Exercise(
     ),
     checks=(
         visible(
+            1,
             "one training step, no running statistics: equals BatchNorm over the real tokens",
             lambda rng: _bn_scenario(rng, [[6, 2]], 6, dim=3, running=False),
-            points=1,
         ),
         visible(
+            0.5,
             "three training steps: outputs",
             judging("outputs", lambda rng: _bn_scenario(rng, THREE_STEPS, 6, dim=3)),
-            points=0.5,
         ),
         visible(
+            0.5,
             "three training steps: running statistics",
             judging("running statistics", lambda rng: _bn_scenario(rng, THREE_STEPS, 6, dim=3)),
-            points=0.5,
         ),
         hidden(
+            0.75,
             "invariant to appended padding (4× the longest sequence, any padding values)",
             judging("outputs", _appended_padding),
-            points=0.75,
         ),
         hidden(
+            0.25,
             "one training step from running statistics elsewhere than 0 and 1, padding appended: "
             "running statistics",
             judging("running statistics", _appended_padding),
-            points=0.25,
         ),
         hidden(
+            1,
             "very different lengths, single-token sequences and an all-padding row",
             judging("outputs", _extreme_batch),
-            points=1,
         ),
         hidden(
+            0.5,
             "batches with different masks, momentum 0.3 and eps 0.1: outputs",
             judging("outputs", _running_scenario),
-            points=0.5,
         ),
         hidden(
+            1,
             "running statistics over real tokens only, across batches with different masks, "
             "momentum 0.3",
             judging("running statistics", _running_scenario),
-            points=1,
         ),
         hidden(
+            1,
             "evaluation: a token's output does not depend on the rest of the batch, and the "
             "running statistics are left unchanged",
             judging("evaluation", _eval_composition),
-            points=1,
             twin=0.25,
         ),
         hidden(
+            0.5,
             "NaN padding never reaches the output",
             judging(
                 "outputs", lambda rng: _bn_scenario(rng, [rng.integers(1, 7, 3)], 8, pad="nan")
             ),
-            points=0.5,
             twin=0.25,
         ),
         hidden(
+            0.5,
             "the output is 0 at padded positions",
             judging(
                 "outputs",
@@ -459,12 +447,11 @@ MASKED_BATCH_NORM = Exercise(
                     rng, [rng.integers(1, 7, 3)], 8, pad="garbage", affine=True, grade_padding=True
                 ),
             ),
-            points=0.5,
         ),
         hidden(
+            0.5,
             "a batch with no real tokens raises ValueError",
             lambda rng: _bn_scenario(rng, [np.zeros(3, np.int64)], 5),
-            points=0.5,
             twin=0.25,
             expects=ValueError,
         ),
@@ -552,35 +539,31 @@ MASKED_MEAN_POOL = Exercise(
     ),
     checks=(
         visible(
+            1,
             "the mean over the real tokens of a (2, 5, 5) batch with values in its padding",
             lambda rng: _pool_case(rng, [5, 2]),
-            points=1,
         ),
         hidden(
+            1,
             "very different lengths, garbage in the padding",
             lambda rng: _pool_case(rng, rng.permutation([1, int(rng.integers(100, 200)), 3])),
-            points=1,
         ),
+        hidden(1, "invariant to appended padding (5× the longest sequence)", _pool_appended),
         hidden(
-            "invariant to appended padding (5× the longest sequence)",
-            _pool_appended,
-            points=1,
-        ),
-        hidden(
+            0.5,
             "single-token sequences give that token",
             lambda rng: _pool_case(rng, np.ones(3, np.int64), int(rng.integers(2, 6))),
-            points=0.5,
         ),
         hidden(
+            0.5,
             "NaN padding never reaches the result",
             lambda rng: _pool_case(rng, rng.integers(1, 7, 3), 8, pad="nan"),
-            points=0.5,
             twin=0.25,
         ),
         hidden(
+            1,
             "a sequence with no real tokens raises ValueError (not NaN)",
             _pool_empty_row,
-            points=1,
             twin=0.5,
             expects=ValueError,
         ),

@@ -1,6 +1,6 @@
 """The arithmetic the classic mistakes' runnable variants share (each check module's
-`_…_variant`): one standardization with a switch per slip, for every norm that subtracts a mean
-and divides by a root."""
+`_…_variant`): one variance and one standardization with a switch per slip, for every norm that
+subtracts a mean and divides by a root (and for `stable_var`)."""
 
 from __future__ import annotations
 
@@ -12,20 +12,21 @@ def root(var: torch.Tensor, eps: float, *, eps_outside: bool = False) -> torch.T
     return var.sqrt() + eps if eps_outside else (var + eps).sqrt()
 
 
-def standardized(
-    x: torch.Tensor,
-    dims: tuple[int, ...],
-    eps: float,
-    *,
-    correction: int = 0,
-    eps_outside: bool = False,
-    naive: bool = False,
+def variance(
+    x: torch.Tensor, dims: tuple[int, ...], *, correction: int = 0, naive: bool = False
 ) -> torch.Tensor:
-    """(x − μ) / √(σ² + ε) over `dims`, with the slips: the n−1 estimator (`correction=1`), ε
-    outside the root, σ² as E[x²]−E[x]² (`naive`)."""
-    mean = x.mean(dims, keepdim=True)
+    """σ² over `dims` (kept), with the slips: the n−1 estimator (`correction=1`), E[x²]−E[x]²
+    (`naive`)."""
     if naive:
-        var = (x * x).mean(dims, keepdim=True) - mean * mean
-    else:
-        var = x.var(dims, keepdim=True, correction=correction)
-    return (x - mean) / root(var, eps, eps_outside=eps_outside)
+        mean = x.mean(dims, keepdim=True)
+        return (x * x).mean(dims, keepdim=True) - mean * mean
+    return x.var(dims, keepdim=True, correction=correction)
+
+
+def standardized(
+    x: torch.Tensor, dims: tuple[int, ...], eps: float, *, eps_outside: bool = False, **slips
+) -> torch.Tensor:
+    """(x − μ) / √(σ² + ε) over `dims`, with the slips of the `variance` and ε outside the
+    root."""
+    mean = x.mean(dims, keepdim=True)
+    return (x - mean) / root(variance(x, dims, **slips), eps, eps_outside=eps_outside)
