@@ -17,7 +17,7 @@ from test_checks import _course_text
 
 from grader.checks import EXERCISES, run
 from grader.checks.batch_norm import _batch_norm_variant
-from grader.checks.core import Check, Exercise, expected_outputs, judge, plan
+from grader.checks.core import Check, Exercise, expected_outputs, hidden, judge, plan, visible
 from grader.checks.layer_norm import _backward_variant, _layer_norm_variant
 from grader.checks.sequences import _mask_variant, _masked_bn_variant
 from grader.reference.blocks import PostLNBlock, PreLNBlock
@@ -298,6 +298,22 @@ def test_a_check_without_its_own_tolerance_takes_the_exercises():
     checks = (Check("own", dict, 1, rtol=0.5, atol=0.5), Check("default", dict, 1))
     exercise = Exercise("e", None, dict, checks, rtol=1e-3, atol=1e-2)
     assert [(c.rtol, c.atol) for c in exercise.checks] == [(0.5, 0.5), (1e-3, 1e-2)]
+
+
+def test_a_hidden_check_with_a_twin_is_split_into_a_visible_twin_and_the_rest():
+    """The twin comes first, on the same inputs and tolerance, and takes its share of the
+    points; the exercise's total is unchanged. A twin needs a hidden check and a share."""
+    twinned = hidden(1.5, "pitfall", dict, twin=0.5, rtol=0.1)
+    exercise = Exercise("e", None, dict, (visible(1, "plain", dict), twinned))
+    assert [(c.description, c.points, c.hidden, c.rtol) for c in exercise.checks] == [
+        ("plain", 1, False, 1e-5),
+        ("pitfall", 0.5, False, 0.1),
+        ("pitfall", 1.0, True, 0.1),
+    ]
+    assert exercise.points == 2.5 and not any(c.twin for c in exercise.checks)
+    for wrong in (visible(1, "shown", dict, twin=0.5), hidden(1, "all of it", dict, twin=1)):
+        with pytest.raises(ValueError, match="a visible twin needs"):
+            Exercise("e", None, dict, (wrong,))
 
 
 @pytest.mark.parametrize("name", sorted(EXERCISES))
