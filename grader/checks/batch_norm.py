@@ -53,6 +53,7 @@ from grader.checks.core import (
 )
 from grader.checks.inputs import judging
 from grader.checks.library import NORMALIZATIONS, forbid
+from grader.checks.variants import with_affine
 from grader.sandboxed.probes import (
     probe_batch_norm,
     probe_predict,
@@ -110,12 +111,7 @@ def _batch_norm_variant(
         with torch.no_grad():
             running_mean.mul_(1 - new).add_(new * mean)
             running_var.mul_(1 - new).add_(new * stored)
-    y = (x - mu) / torch.sqrt(var + eps)
-    if weight is not None:
-        y = y * weight.reshape(channel)
-    if bias is not None:
-        y = y + bias.reshape(channel)
-    return y
+    return with_affine((x - mu) / torch.sqrt(var + eps), weight, bias, channel)
 
 
 _slip = partial(slip, _batch_norm_variant)

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from grader.checks.core import WIDE, Arrays, Exercise, Structure, hidden, slip, visible
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, forbid
-from grader.checks.variants import standardized
+from grader.checks.variants import standardized, with_affine
 from grader.sandboxed.probes import probe_group_norm
 from normcheck.properties import GROUP_NORM_SETS
 
@@ -50,12 +50,7 @@ def _group_norm_variant(
     if interleaved:
         y = y.transpose(1, 2)
     y = y.reshape(x.shape)
-    per_channel = (1, -1, *[1] * (x.dim() - 2))
-    if affine and weight is not None:
-        y = y * weight.reshape(per_channel)
-    if affine and bias is not None:
-        y = y + bias.reshape(per_channel)
-    return y
+    return with_affine(y, weight, bias, (1, -1, *[1] * (x.dim() - 2))) if affine else y
 
 
 def _gn_case(x: np.ndarray, groups: int, rng=None, eps: float = 1e-5) -> Arrays:

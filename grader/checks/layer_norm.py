@@ -29,7 +29,7 @@ from grader.checks.core import FLOAT64, WIDE, Arrays, Exercise, Structure, hidde
 from grader.checks.gradients import backward_edges
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, VARIANCE, forbid
-from grader.checks.variants import standardized, variance
+from grader.checks.variants import standardized, variance, with_affine
 from grader.reference import functional as ref
 from grader.sandboxed.probe import trailing_dims
 from grader.sandboxed.probes import probe_backward, probe_layer_norm, probe_var
@@ -67,12 +67,10 @@ def _layer_norm_variant(
 
         weight, bias = first(weight), first(bias)
     dims = (0,) if batch_axis else (-1,) if last_dim_only else trailing_dims(normalized_shape)
-    if affine_first and weight is not None:
-        x = x * weight + bias
+    if affine_first:
+        x = with_affine(x, weight, bias)
     x_hat = standardized(x, dims, eps, **slips)
-    if affine and not affine_first and weight is not None:
-        x_hat = x_hat * weight + bias
-    return x_hat
+    return with_affine(x_hat, weight, bias) if affine and not affine_first else x_hat
 
 
 _slip = partial(slip, _layer_norm_variant)

@@ -30,6 +30,7 @@ import torch
 from grader.checks.core import Arrays, Exercise, Structure, hidden, slip, visible
 from grader.checks.inputs import judging
 from grader.checks.library import MASKED_MEAN, NORMALIZATIONS, SEQUENCE_MASKS, forbid
+from grader.checks.variants import with_affine
 from grader.reference import masking as ref
 from grader.sandboxed.probes import probe_mask, probe_masked_bn, probe_pool
 from normcheck.properties import MASKED_BATCH_NORM, MASKED_RUNNING, ZeroPadding
@@ -242,11 +243,7 @@ def _masked_bn_variant(
                     running_mean, running_var = new_mean, new_var
     else:
         mean, var = running_mean, running_var
-    y = (x - mean) / torch.sqrt(var + eps)
-    if weight is not None:
-        y = y * weight
-    if bias is not None:
-        y = y + bias
+    y = with_affine((x - mean) / torch.sqrt(var + eps), weight, bias)
     return y * m if multiply_mask else torch.where(m, y, 0.0)
 
 

@@ -30,3 +30,18 @@ def standardized(
     root."""
     mean = x.mean(dims, keepdim=True)
     return (x - mean) / root(variance(x, dims, **slips), eps, eps_outside=eps_outside)
+
+
+def with_affine(
+    y: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    shape: tuple[int, ...] | None = None,
+) -> torch.Tensor:
+    """y·γ + β, each where given: elementwise, or per channel with γ and β viewed as `shape`
+    against y ((1, −1, 1, …))."""
+    if weight is not None:
+        y = y * (weight if shape is None else weight.reshape(shape))
+    if bias is not None:
+        y = y + (bias if shape is None else bias.reshape(shape))
+    return y
