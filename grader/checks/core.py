@@ -20,6 +20,7 @@ differs. The student's own `check()` runs the very same judge on the stored outp
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -72,7 +73,14 @@ class Mistake:
     structural: bool = False  # a wrong structure: the exercise is capped (`Structure`)
 
 
-def slip(variant: Any, name: str, message: str, *, structural: bool = False, **switches) -> Mistake:
+def slip(
+    variant: Callable[..., Any],
+    name: str,
+    message: str,
+    *,
+    structural: bool = False,
+    **switches: Any,
+) -> Mistake:
     """The classic mistake `name`: `variant`, the answer written out with a switch per slip (all
     off is the reference), with `switches` on."""
     return Mistake(name, message, partial(variant, **switches), structural)
@@ -228,8 +236,8 @@ def judge_check(
 # they target moves outputs by more than 1e-2.
 WIDE = {"rtol": 1e-3, "atol": 1e-3}
 
-# Tolerance for float64 answers judged against a float64 reference: a correct answer is within
-# ~1e-15 of it, every mistake the checks target off by order one.
+# Tolerance for float64 answers judged against a float64 reference: a correct answer is within a
+# few float64 roundings of it, every mistake the checks target off by order one.
 FLOAT64 = {"rtol": 1e-7, "atol": 1e-9}
 
 Plan = list[tuple[Check, Arrays]]
