@@ -17,8 +17,19 @@ Measured, on the bundled demo class (grader.demo.PROFILES) and on a generated cl
   × notebook (everything but the student's code, whose own time is measured in-process).
 Stock nbgrader on the generated class runs on `--stock-students` students and is extrapolated.
 
-    .venv/bin/python bench/grading_throughput.py [--runs 3] [--stock-runs 2] [--students 50]
-        [--stock-students 9] [--skip-stock] [--skip-generated] [--keep DIR]
+    .venv/bin/python bench/grading_throughput.py [options]
+
+Options:
+    --runs (int): runs of each of our configurations. Default: 3
+    --stock-runs (int): runs of stock nbgrader (demo). Default: 2
+    --students (int): size of the generated class. Default: 50
+    --stock-students (int): generated students stock nbgrader grades. Default: 9
+    --generated-runs (int): runs on the generated class. Default: 1
+    --skip-stock: do not run stock nbgrader.
+    --skip-demo: skip the demo class.
+    --skip-generated: skip the generated class.
+    --keep (path): keep gradebooks and logs here (without it, a scratch folder, removed at the
+        end).
 """
 
 from __future__ import annotations
@@ -46,6 +57,7 @@ from common import (
     load_1min,
     markdown_table,
     median_and_spread,
+    options,
     print_header,
     progress,
 )
@@ -698,19 +710,7 @@ def sandbox_overhead_rows(medians: dict[System, float], items: int) -> list[list
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=3, help="runs of each of our configurations")
-    parser.add_argument("--stock-runs", type=int, default=2, help="runs of stock nbgrader (demo)")
-    parser.add_argument("--students", type=int, default=50, help="size of the generated class")
-    parser.add_argument(
-        "--stock-students", type=int, default=9, help="generated students stock nbgrader grades"
-    )
-    parser.add_argument("--generated-runs", type=int, default=1, help="runs on the generated class")
-    parser.add_argument("--skip-stock", action="store_true", help="do not run stock nbgrader")
-    parser.add_argument("--skip-demo", action="store_true", help="skip the demo class")
-    parser.add_argument("--skip-generated", action="store_true", help="skip the generated class")
-    parser.add_argument("--keep", type=Path, default=None, help="keep gradebooks and logs here")
-    args = parser.parse_args(argv)
+    args = options(__doc__, argv)
     use_this_environment()
     warnings.filterwarnings("ignore", module="nbgrader")  # its ORM's chatter, as `grader` does
 
