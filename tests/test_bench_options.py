@@ -18,11 +18,11 @@ DOC = """A benchmark with one option of each kind.
 
 Options:
     --sizes (int, one or more): class sizes. Default: 16 200
-    --stock-sizes (int, zero or more): class sizes stock grades (none: ours only). Default: 16
+    --stock-sizes (int, zero or more): class sizes stock grades, an entry continued on the
+        next line (none: ours only). Default: 16
     --max-load (float): skip above this load. Default: 1.5
     --keep (path): keep what it writes here.
-    --skip-stock: an entry continued
-        on the next line.
+    --skip-stock: skip stock nbgrader.
 """
 
 
@@ -57,8 +57,12 @@ def test_given_values_lists_paths_and_switches() -> None:
     assert args.max_load == 3.0
 
 
-@pytest.mark.parametrize("argv", [["--sizes", "many"], ["--max-load", "high"], ["--sizes"]])
-def test_a_bad_value_is_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "argv", [["--sizes", "many"], ["--max-load", "high"], ["--sizes"], ["--runs", "3"]]
+)
+def test_a_bad_value_or_flag_is_refused(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as refused:
         options(DOC, argv)
     assert refused.value.code == 2
