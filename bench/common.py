@@ -59,14 +59,16 @@ def _option_entries(doc: str) -> list[str]:
     if "Options:" not in lines:
         return []
     entries: list[str] = []
+    indent = 0  # of the entry being read: its continuation lines are indented further
     for line in itertools.takewhile(str.strip, lines[lines.index("Options:") + 1 :]):
         text = line.strip()
         if text.startswith("--"):
             entries.append(text)
-        elif entries:
+            indent = line.index(text)
+        elif entries and line.index(text) > indent:
             entries[-1] += " " + text
         else:
-            raise ValueError(f"the Options section starts with {text!r}, not an option")
+            raise ValueError(f"Options: {text!r} is neither an option nor indented under one")
     return entries
 
 
@@ -74,15 +76,15 @@ def _add_option(parser: argparse.ArgumentParser, entry: str) -> None:
     match = _ENTRY.fullmatch(entry)
     if match is None:
         raise ValueError(f"an option reads `--name (type): help. Default: value`, not {entry!r}")
-    flag, kind, count, help = match.group("flag", "type", "count", "help")
-    help = help.replace("%", "%%")  # argparse formats help with %
+    flag, kind, count, text = match.group("flag", "type", "count", "help")
+    help = text.replace("%", "%%")  # argparse formats help with %
     if kind is None:
         parser.add_argument(flag, action="store_true", help=help)
         return
     if kind not in _TYPES:
         raise ValueError(f"{flag}: type {kind!r} is none of {', '.join(_TYPES)}")
     convert, nargs = _TYPES[kind], _NARGS.get(count)
-    default = _DEFAULT.search(help)
+    default = _DEFAULT.search(text)
     value: object = None
     if default and nargs:
         value = [convert(word) for word in default["value"].split()]

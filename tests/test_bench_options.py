@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -70,11 +71,15 @@ def test_a_bad_value_or_flag_is_refused(
 
 
 @pytest.mark.parametrize(
-    "entry",
-    ["--runs (integer): runs. Default: 3", "runs (int): runs. Default: 3", "--runs (int) runs"],
+    ("entry", "error"),
+    [
+        ("--runs (integer): runs. Default: 3", "--runs: type 'integer'"),
+        ("--runs (int) runs", "not '--runs"),
+        ("--top (int): cells. Default: 8\n    runs (int): runs.", "'runs (int): runs.' is neither"),
+    ],
 )
-def test_a_malformed_declaration_is_refused(entry: str) -> None:
-    with pytest.raises(ValueError, match="runs"):
+def test_a_malformed_declaration_is_refused(entry: str, error: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(error)):
         options(f"A benchmark.\n\nOptions:\n    {entry}\n", [])
 
 
