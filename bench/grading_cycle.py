@@ -31,11 +31,8 @@ Options:
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-import tempfile
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +48,7 @@ from grading_throughput import (
     System,
     generated_profiles,
     grading_env,
+    grading_workspace,
     mean_student_code_seconds,
     measure,
     recorded_scores,
@@ -58,7 +56,7 @@ from grading_throughput import (
 )
 
 from grader.autograde import prepare
-from grader.config import assignments, use_this_environment
+from grader.config import assignments
 from grader.course import Course, notebook_path
 from grader.demo import PROFILES, write_class
 from grader.notebook import Submission
@@ -204,16 +202,9 @@ def startup_rows(work: Path, repeats: int) -> list[list[object]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = options(__doc__, argv)
-    use_this_environment()
-    warnings.filterwarnings("ignore", module="nbgrader")
-    work = Path(args.keep or tempfile.mkdtemp(prefix="grading-cycle-")).resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    print_header("The grading cycle: stock nbgrader vs ours")
-    try:
+    with grading_workspace(args.keep, prefix="grading-cycle-") as work:
+        print_header("The grading cycle: stock nbgrader vs ours")
         report(args, work)
-    finally:
-        if args.keep is None:
-            shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -35,10 +35,10 @@ Options:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -53,14 +53,7 @@ from pathlib import Path
 import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (
-    load_1min,
-    markdown_table,
-    median_and_spread,
-    options,
-    print_header,
-    progress,
-)
+from common import load_1min, markdown_table, median_and_spread, options, print_header, progress
 
 from grader.autograde import autograde, prepare
 from grader.checks import EXERCISES
@@ -709,28 +702,37 @@ def sandbox_overhead_rows(medians: dict[System, float], items: int) -> list[list
     return rows
 
 
+@contextlib.contextmanager
+def grading_workspace(keep: Path | None, prefix: str) -> Iterator[Path]:
+    """Where a grading benchmark writes its classes and courses: `keep` (made if missing, left in
+    place to be looked at) or, without it, a scratch folder removed at the end, whatever happens.
+    Inside, kernels and nbgrader's commands are this environment's, and nbgrader's ORM chatter is
+    silenced, as `grader` does."""
+    use_this_environment()
+    warnings.filterwarnings("ignore", module="nbgrader")
+    if keep is not None:
+        keep = keep.resolve()
+        keep.mkdir(parents=True, exist_ok=True)
+        yield keep
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True) as scratch:
+        yield Path(scratch).resolve()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = options(__doc__, argv)
-    use_this_environment()
-    warnings.filterwarnings("ignore", module="nbgrader")  # its ORM's chatter, as `grader` does
-
-    work = Path(args.keep or tempfile.mkdtemp(prefix="grading-bench-")).resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    sandbox = sandbox_available()
-    print_header("Grading throughput: stock nbgrader vs ours")
-    print(
-        f"Notebooks graded: {', '.join(assignments())}. Seed {SEED} for both. bubblewrap: "
-        f"{'available' if sandbox else 'NOT available (ours measured unsandboxed only)'}. "
-        f"psutil: {'yes' if psutil else 'no (tree RSS not measured)'}.\n"
-    )
-    try:
+    with grading_workspace(args.keep, prefix="grading-bench-") as work:
+        sandbox = sandbox_available()
+        print_header("Grading throughput: stock nbgrader vs ours")
+        print(
+            f"Notebooks graded: {', '.join(assignments())}. Seed {SEED} for both. bubblewrap: "
+            f"{'available' if sandbox else 'NOT available (ours measured unsandboxed only)'}. "
+            f"psutil: {'yes' if psutil else 'no (tree RSS not measured)'}.\n"
+        )
         if not args.skip_demo:
             report_demo(args, work, sandbox)
         if not args.skip_generated:
             report_generated(args, work, sandbox)
-    finally:
-        if args.keep is None:
-            shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
