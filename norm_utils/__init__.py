@@ -3,7 +3,8 @@
 Toy data, the shared figures, padding, and Transformer stacks built from PyTorch's own
 ``nn.TransformerEncoderLayer``. It holds no implementation of a graded exercise: the graded
 references live with the grader (``grader.reference``), which the demos never import. One mask
-convention everywhere: a bool tensor, True = real token.
+convention everywhere: a bool tensor, True = real token. Import from the module that
+holds a name (``from norm_utils.blocks import Encoder``): the package re-exports nothing.
 
 - `answers`: yours_or, the student's answer in a demo, or the library's while it is a stub
 - `blocks`: Encoder, TinyLM, DeepNormBlock, and the helpers of notebook 04's experiments
@@ -11,23 +12,3 @@ convention everywhere: a bool tensor, True = real token.
 - `masking`: pad_sequences
 - `data`, `plotting`: seeded toy data and the figures the notebooks share
 """
-
-from norm_utils.blocks import (
-    DeepNormBlock,
-    Encoder,
-    TinyLM,
-    deepnorm_constants,
-    ffn_grad_norms,
-    linear_warmup,
-)
-from norm_utils.masking import pad_sequences
-
-__all__ = [
-    "DeepNormBlock",
-    "Encoder",
-    "TinyLM",
-    "deepnorm_constants",
-    "ffn_grad_norms",
-    "linear_warmup",
-    "pad_sequences",
-]
