@@ -7,10 +7,20 @@ folder (so nothing is written into solutions/). Cells are split into the part gr
 nbgrader executes both, our grader neither in a kernel, so the split is the ceiling of what
 skipping experiments can save.
 
-    .venv/bin/python bench/execution_budget.py [--runs 3] [--make-test] [--fresh-clone]
-
 `make test` and the fresh clone take many minutes and both cores; they run only when asked and
 when the 1-minute load is below --max-load (others share this machine), unless --force.
+
+    .venv/bin/python bench/execution_budget.py [options]
+
+Options:
+    --runs (int): executions per notebook (median); 0: skip. Default: 3
+    --timeout (int): seconds allowed per cell. Default: 600
+    --top (int): slowest cells to list. Default: 8
+    --make-test: also time `make test` here.
+    --fresh-clone: also time clone → passing `make test`.
+    --max-load (float): skip the long runs above this 1-min load. Default: 1.0
+    --patience (float): seconds to wait for the load to drop. Default: 600
+    --force: run the long runs whatever the load.
 """
 
 from __future__ import annotations
@@ -246,18 +256,7 @@ def long_runs(args: argparse.Namespace) -> list[list[object]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = options(
-        __doc__,
-        argv,
-        runs=(3, "executions per notebook (median); 0: skip"),
-        timeout=(600, "seconds allowed per cell"),
-        top=(8, "slowest cells to list"),
-        make_test=(False, "also time `make test` here"),
-        fresh_clone=(False, "also time clone → passing `make test`"),
-        max_load=(1.0, "skip the long runs above this 1-min load"),
-        patience=(600.0, "seconds to wait for the load to drop"),
-        force=(False, "run the long runs whatever the load"),
-    )
+    args = options(__doc__, argv)
     use_this_environment()  # the kernelspec starts `python` from PATH: it must be this venv's
 
     print_header("Execution budget")

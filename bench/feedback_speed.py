@@ -4,6 +4,13 @@ parallel, and its re-run when nothing changed.
 
 The class is the sample class (the student who loops forever left out) copied to --students
 students, graded once by `grader autograde` without the sandbox (its speed is not measured here).
+
+    .venv/bin/python bench/feedback_speed.py [options]
+
+Options:
+    --students (int): size of the generated class. Default: 24
+    --jobs (int): parallel jobs of `grader feedback`. Default: 2
+    --stock-notebooks (int): notebooks nbgrader's generate_feedback renders, timed. Default: 12
 """
 
 from __future__ import annotations
@@ -64,13 +71,7 @@ def time_ours(course: Course, students: list[str], jobs: int) -> tuple[float, fl
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = options(
-        __doc__,
-        argv,
-        students=(24, "size of the generated class"),
-        jobs=(2, "parallel jobs of `grader feedback`"),
-        stock_notebooks=(12, "notebooks nbgrader's generate_feedback renders, timed"),
-    )
+    args = options(__doc__, argv)
     print_header("Feedback: nbgrader's generate_feedback vs `grader feedback`")
     with tempfile.TemporaryDirectory() as scratch:
         course, students = graded_class(Path(scratch), args.students)

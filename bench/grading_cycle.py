@@ -17,23 +17,27 @@ Also: what a student's runner costs to start, started by bubblewrap for each stu
 without pre-started runners, or forked from a pre-started one (one correct student's four
 notebooks graded in this process, sandboxed; median of `--repeats`).
 
-    .venv/bin/python bench/grading_cycle.py [--students 16 200] [--stock-students 16]
-        [--jobs 2] [--repeats 5] [--keep DIR]
+    .venv/bin/python bench/grading_cycle.py [options]
+
+Options:
+    --students (int, one or more): the class sizes ours grades. Default: 16 200
+    --stock-students (int, zero or more): the class sizes stock nbgrader grades (none: ours
+        only). Default: 16
+    --jobs (int): parallel jobs of ours. Default: 2
+    --repeats (int): of the start-up comparison. Default: 5
+    --keep (path): keep the courses here (without it, a scratch folder, removed at the end).
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-import tempfile
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_1min, markdown_table, median_and_spread, print_header, progress
+from common import load_1min, markdown_table, median_and_spread, options, print_header, progress
 from grading_throughput import (
     BIN,
     HONEST,
@@ -44,6 +48,7 @@ from grading_throughput import (
     System,
     generated_profiles,
     grading_env,
+    grading_workspace,
     mean_student_code_seconds,
     measure,
     recorded_scores,
@@ -51,7 +56,7 @@ from grading_throughput import (
 )
 
 from grader.autograde import prepare
-from grader.config import assignments, use_this_environment
+from grader.config import assignments
 from grader.course import Course, notebook_path
 from grader.demo import PROFILES, write_class
 from grader.notebook import Submission
@@ -196,23 +201,10 @@ def startup_rows(work: Path, repeats: int) -> list[list[object]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--students", type=int, nargs="+", default=[16, 200])
-    parser.add_argument("--stock-students", type=int, nargs="*", default=[16])
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=5, help="of the start-up comparison")
-    parser.add_argument("--keep", type=Path, default=None, help="keep the courses here")
-    args = parser.parse_args(argv)
-    use_this_environment()
-    warnings.filterwarnings("ignore", module="nbgrader")
-    work = Path(args.keep or tempfile.mkdtemp(prefix="grading-cycle-")).resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    print_header("The grading cycle: stock nbgrader vs ours")
-    try:
+    args = options(__doc__, argv)
+    with grading_workspace(args.keep, prefix="grading-cycle-") as work:
+        print_header("The grading cycle: stock nbgrader vs ours")
         report(args, work)
-    finally:
-        if args.keep is None:
-            shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

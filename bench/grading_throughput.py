@@ -17,17 +17,28 @@ Measured, on the bundled demo class (grader.demo.PROFILES) and on a generated cl
   × notebook (everything but the student's code, whose own time is measured in-process).
 Stock nbgrader on the generated class runs on `--stock-students` students and is extrapolated.
 
-    .venv/bin/python bench/grading_throughput.py [--runs 3] [--stock-runs 2] [--students 50]
-        [--stock-students 9] [--skip-stock] [--skip-generated] [--keep DIR]
+    .venv/bin/python bench/grading_throughput.py [options]
+
+Options:
+    --runs (int): runs of each of our configurations. Default: 3
+    --stock-runs (int): runs of stock nbgrader (demo). Default: 2
+    --students (int): size of the generated class. Default: 50
+    --stock-students (int): generated students stock nbgrader grades. Default: 9
+    --generated-runs (int): runs on the generated class. Default: 1
+    --skip-stock: do not run stock nbgrader.
+    --skip-demo: skip the demo class.
+    --skip-generated: skip the generated class.
+    --keep (path): keep gradebooks and logs here (without it, a scratch folder, removed at the
+        end).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -42,13 +53,7 @@ from pathlib import Path
 import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (
-    load_1min,
-    markdown_table,
-    median_and_spread,
-    print_header,
-    progress,
-)
+from common import load_1min, markdown_table, median_and_spread, options, print_header, progress
 
 from grader.autograde import autograde, prepare
 from grader.checks import EXERCISES
@@ -697,40 +702,37 @@ def sandbox_overhead_rows(medians: dict[System, float], items: int) -> list[list
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=3, help="runs of each of our configurations")
-    parser.add_argument("--stock-runs", type=int, default=2, help="runs of stock nbgrader (demo)")
-    parser.add_argument("--students", type=int, default=50, help="size of the generated class")
-    parser.add_argument(
-        "--stock-students", type=int, default=9, help="generated students stock nbgrader grades"
-    )
-    parser.add_argument("--generated-runs", type=int, default=1, help="runs on the generated class")
-    parser.add_argument("--skip-stock", action="store_true", help="do not run stock nbgrader")
-    parser.add_argument("--skip-demo", action="store_true", help="skip the demo class")
-    parser.add_argument("--skip-generated", action="store_true", help="skip the generated class")
-    parser.add_argument("--keep", type=Path, default=None, help="keep gradebooks and logs here")
-    args = parser.parse_args(argv)
+@contextlib.contextmanager
+def grading_workspace(keep: Path | None, prefix: str) -> Iterator[Path]:
+    """Where a grading benchmark writes its classes and courses: `keep` (made if missing, left in
+    place to be looked at) or, without it, a scratch folder removed at the end, whatever happens.
+    Inside, kernels and nbgrader's commands are this environment's, and nbgrader's ORM chatter is
+    silenced, as `grader` does."""
     use_this_environment()
-    warnings.filterwarnings("ignore", module="nbgrader")  # its ORM's chatter, as `grader` does
+    warnings.filterwarnings("ignore", module="nbgrader")
+    if keep is not None:
+        keep = keep.resolve()
+        keep.mkdir(parents=True, exist_ok=True)
+        yield keep
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True) as scratch:
+        yield Path(scratch).resolve()
 
-    work = Path(args.keep or tempfile.mkdtemp(prefix="grading-bench-")).resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    sandbox = sandbox_available()
-    print_header("Grading throughput: stock nbgrader vs ours")
-    print(
-        f"Notebooks graded: {', '.join(assignments())}. Seed {SEED} for both. bubblewrap: "
-        f"{'available' if sandbox else 'NOT available (ours measured unsandboxed only)'}. "
-        f"psutil: {'yes' if psutil else 'no (tree RSS not measured)'}.\n"
-    )
-    try:
+
+def main(argv: list[str] | None = None) -> int:
+    args = options(__doc__, argv)
+    with grading_workspace(args.keep, prefix="grading-bench-") as work:
+        sandbox = sandbox_available()
+        print_header("Grading throughput: stock nbgrader vs ours")
+        print(
+            f"Notebooks graded: {', '.join(assignments())}. Seed {SEED} for both. bubblewrap: "
+            f"{'available' if sandbox else 'NOT available (ours measured unsandboxed only)'}. "
+            f"psutil: {'yes' if psutil else 'no (tree RSS not measured)'}.\n"
+        )
         if not args.skip_demo:
             report_demo(args, work, sandbox)
         if not args.skip_generated:
             report_generated(args, work, sandbox)
-    finally:
-        if args.keep is None:
-            shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -11,7 +11,10 @@ separates the mistake; the worst seed), and how many checks it fails under every
 per exercise: the reference's own worst margin (computed in the input's dtype against the
 float64 oracle where a check uses one): it must stay well below 1.
 
-    .venv/bin/python bench/margins.py [--seeds 5]
+    .venv/bin/python bench/margins.py [options]
+
+Options:
+    --seeds (int): grading seeds per hidden check. Default: 5
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ def exercise_rows(exercise: Exercise, seeds: range) -> list[list[object]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = options(__doc__, argv, seeds=(5, "grading seeds per hidden check"))
+    args = options(__doc__, argv)
     print_header("Margins: each known mistake against the tolerance of its checks")
     rows = []
     for exercise in EXERCISES.values():

@@ -19,18 +19,20 @@ Then the holdout: the wrong answers written by hand as students write them (test
 one file each, none made from the known mistakes or the mutants), graded and counted the same
 way.
 
-    .venv/bin/python bench/mutants.py [--seed 0]
+    .venv/bin/python bench/mutants.py [options]
+
+Options:
+    --seed (int): grading seed. Default: 0
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import markdown_table, print_header, progress
+from common import markdown_table, options, print_header, progress
 
 from grader.checks import EXERCISES
 from grader.checks.mutation import (
@@ -83,9 +85,7 @@ def row(name: str, counts: Counter) -> list[object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seed", type=int, default=0, help="grading seed")
-    args = parser.parse_args(argv)
+    args = options(__doc__, argv)
     print_header("Mutation score: one-place mutants of each solution, graded")
     rows, total = [], Counter()
     cells = solution_cells()

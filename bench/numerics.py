@@ -9,7 +9,13 @@ input (so only the arithmetic is judged, not the rounding of the input).
 Speed: both LayerNorms on a (4096, 1024) float32 input, median of repeats, with one intra-op
 thread and with torch's default.
 
-    .venv/bin/python bench/numerics.py [--rows 1024] [--features 1024] [--repeats 50]
+    .venv/bin/python bench/numerics.py [options]
+
+Options:
+    --rows (int): rows per draw (accuracy). Default: 1024
+    --features (int): normalized size (accuracy). Default: 1024
+    --seeds (int): independent draws per offset. Default: 5
+    --repeats (int): timed calls per measurement. Default: 50
 """
 
 from __future__ import annotations
@@ -148,14 +154,7 @@ def speed_rows(repeats: int, thread_counts: list[int]) -> list[list[object]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = options(
-        __doc__,
-        argv,
-        rows=(1024, "rows per draw (accuracy)"),
-        features=(1024, "normalized size (accuracy)"),
-        seeds=(5, "independent draws per offset"),
-        repeats=(50, "timed calls per measurement"),
-    )
+    args = options(__doc__, argv)
 
     default_threads = torch.get_num_threads()
     print_header("Numerics of the reference LayerNorm")

@@ -12,22 +12,8 @@ convention everywhere: a bool tensor, True = real token.
 - `data`, `plotting`: seeded toy data and the figures the notebooks share
 """
 
-from norm_utils.blocks import (
-    DeepNormBlock,
-    Encoder,
-    TinyLM,
-    deepnorm_constants,
-    ffn_grad_norms,
-    linear_warmup,
-)
-from norm_utils.masking import pad_sequences
+from norm_utils import blocks, masking
+from norm_utils.blocks import *  # noqa: F403 (the package's names are its modules' public ones)
+from norm_utils.masking import *  # noqa: F403
 
-__all__ = [
-    "DeepNormBlock",
-    "Encoder",
-    "TinyLM",
-    "deepnorm_constants",
-    "ffn_grad_norms",
-    "linear_warmup",
-    "pad_sequences",
-]
+__all__ = [*blocks.__all__, *masking.__all__]

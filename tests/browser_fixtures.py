@@ -1,4 +1,4 @@
-"""The browser tests' fixtures (a pytest plugin: `pytest_plugins = ["browser_fixtures"]`):
+"""The browser tests' fixtures (a pytest plugin the suite's conftest loads):
 headless Chromium, a fresh page per test, and the folder of this run's screenshots."""
 
 from __future__ import annotations

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
 
 import norm_utils
-from grader.checks import run
+from grader.checks import Exercise, run
 from grader.config import assignments
 from grader.notebook import answer_source, exercises_of, setup_code, source_notebook
 from grader.sandboxed.probe import load_answer
+
+# The browser tests' fixtures: the browser, a page per test, the screenshots' folder.
+pytest_plugins = ["browser_fixtures"]
 
 # The tests use tiny tensors, where a second intra-op thread only adds synchronization; on a busy
 # 2-core machine its spin-waiting made the suite several times slower.
@@ -37,6 +41,14 @@ def solution_answers() -> dict[str, tuple[Any, str]]:
 @pytest.fixture(scope="session")
 def solutions() -> dict[str, tuple[Any, str]]:
     return solution_answers()
+
+
+def known_mistake(exercise: Exercise, name: str) -> Callable:
+    """The code of `exercise`'s known mistake called `name`."""
+    found = {m.name: m.impl for m in exercise.mistakes}
+    if name not in found:
+        raise KeyError(f"{exercise.name} has no mistake {name!r}; it has {sorted(found)}")
+    return found[name]
 
 
 def answer_from(source: str, name: str) -> Any:

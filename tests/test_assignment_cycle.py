@@ -67,7 +67,6 @@ from grader.demo import PROFILES
 from grader.lms import points_header
 from grader.notebook import exercises_of, source_notebook
 
-pytest_plugins = ["browser_fixtures"]  # the browser, its pages and screenshots
 pytestmark = BROWSER_TESTS
 
 ASSIGNMENT = assignments()[0]

@@ -61,7 +61,6 @@ from grader.demo import PROFILES, write_class
 from grader.notebook import answer_source, exercises_of, source_notebook
 from grader.sandbox import available
 
-pytest_plugins = ["browser_fixtures"]  # the browser, its pages and screenshots
 pytestmark = BROWSER_TESTS
 ASSIGNMENTS = assignments()
 FULL_RUN = ASSIGNMENTS[0]  # the notebook run to its end; the others run to their first exercise

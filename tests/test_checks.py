@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import SEEDS, answer_from, assert_a_cheat_earns_nothing, each_cheat
+from conftest import SEEDS, answer_from, assert_a_cheat_earns_nothing, each_cheat, known_mistake
 
 from grader.checks import EXERCISES, CheckFailed, check, grade, rubric, run
 from grader.checks import batch_norm as batch_norm_checks
@@ -141,38 +141,43 @@ STRUCTURE_AND_SLIP = [
 @pytest.mark.parametrize(("name", "structure", "slip"), STRUCTURE_AND_SLIP)
 def test_a_wrong_structure_earns_less_than_a_slip_and_little(name, structure, slip):
     exercise = EXERCISES[name]
-    mistakes = {m.name: m.impl for m in exercise.mistakes}
     little = exercise.structure.cap if exercise.structure else 0.3 * exercise.points
     for seed in SEEDS:
         wrong, slipped = (
-            run(exercise, mistakes[m], hidden=True, seed=seed, source="").score
+            run(exercise, known_mistake(exercise, m), hidden=True, seed=seed, source="").score
             for m in (structure, slip)
         )
         assert wrong < slipped and wrong <= little, (wrong, slipped)
 
 
-# (exercise, a slip, the one part of the scenarios it gets wrong): the BatchNorm exercises judge
+# exercise → a slip → the one part of the scenarios it gets wrong: the BatchNorm exercises judge
 # a scenario's outputs, its running statistics and its evaluation as parts with their own points
 # (`inputs["judged"]`), so a slip costs the points of its part and of no other.
+PART_OF_SLIP = {
+    "batch_norm": {
+        "unbiased variance to normalize": "training outputs",
+        "biased variance stored": "running statistics",
+        "swapped momentum": "running statistics",
+        "running stats not updated": "running statistics",
+        "running stats updated in eval": "evaluation",
+        "batch statistics in eval": "evaluation",
+    },
+    "masked_batch_norm": {
+        "padding included in the running statistics": "running statistics",
+        "padded count in the unbiased correction": "running statistics",
+        "biased running variance": "running statistics",
+        "running statistics not updated in place": "running statistics",
+        "batch statistics in evaluation": "evaluation",
+    },
+}
 SLIP_AND_PART = [
-    ("batch_norm", "unbiased variance to normalize", "training outputs"),
-    ("batch_norm", "biased variance stored", "running statistics"),
-    ("batch_norm", "swapped momentum", "running statistics"),
-    ("batch_norm", "running stats not updated", "running statistics"),
-    ("batch_norm", "running stats updated in eval", "evaluation"),
-    ("batch_norm", "batch statistics in eval", "evaluation"),
-    ("masked_batch_norm", "padding included in the running statistics", "running statistics"),
-    ("masked_batch_norm", "padded count in the unbiased correction", "running statistics"),
-    ("masked_batch_norm", "biased running variance", "running statistics"),
-    ("masked_batch_norm", "running statistics not updated in place", "running statistics"),
-    ("masked_batch_norm", "batch statistics in evaluation", "evaluation"),
+    (n, slip, part) for n, parts in PART_OF_SLIP.items() for slip, part in parts.items()
 ]
 
 
 @pytest.mark.parametrize(("name", "slip", "part"), SLIP_AND_PART)
 def test_a_slip_in_one_part_of_a_scenario_costs_only_that_parts_points(name, slip, part):
-    exercise = EXERCISES[name]
-    impl = next(m.impl for m in exercise.mistakes if m.name == slip)
+    exercise, impl = EXERCISES[name], known_mistake(EXERCISES[name], slip)
     for seed in SEEDS:
         planned = plan(exercise, hidden=True, seed=seed)
         verdict = run(exercise, impl, hidden=True, seed=seed, source="")
@@ -186,8 +191,9 @@ def test_a_slip_in_one_part_of_a_scenario_costs_only_that_parts_points(name, sli
 
 def test_partial_credit_right_statistics_wrong_affine_keeps_most_points():
     exercise = EXERCISES["layer_norm"]
-    affine_ignored = next(m for m in exercise.mistakes if m.name == "affine ignored")
-    verdict = run(exercise, affine_ignored.impl, hidden=True, seed=0, source="")
+    verdict = run(
+        exercise, known_mistake(exercise, "affine ignored"), hidden=True, seed=0, source=""
+    )
     assert exercise.points / 2 < verdict.score < exercise.points
 
 
@@ -273,7 +279,7 @@ def test_grade_returns_the_partial_score_and_check_stays_quiet_when_autograding(
     monkeypatch, capsys
 ):
     exercise = EXERCISES["layer_norm"]
-    unbiased = next(m for m in exercise.mistakes if m.name == "unbiased variance").impl
+    unbiased = known_mistake(exercise, "unbiased variance")
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     check("layer_norm", unbiased)  # would raise for a student; when grading the score decides
     score = grade("layer_norm", unbiased)

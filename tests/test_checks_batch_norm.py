@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import SEEDS, assert_a_cheat_earns_nothing, each_cheat
+from conftest import SEEDS, assert_a_cheat_earns_nothing, each_cheat, known_mistake
 from torch import nn
 
 from grader.checks import run
@@ -113,9 +113,9 @@ def test_the_converted_momentum_reproduces_the_keras_moving_average():
 
 def test_no_grad_alone_changes_the_buffers_that_predict_must_leave_alone():
     _, inputs = plan(PREDICT, hidden=False, seed=0)[0]
-    no_grad = next(m for m in PREDICT.mistakes if m.name == "no_grad taken for eval")
+    no_grad = known_mistake(PREDICT, "no_grad taken for eval")
     right = outputs_of(PREDICT, PREDICT.reference, inputs)
-    wrong = outputs_of(PREDICT, no_grad.impl, inputs)
+    wrong = outputs_of(PREDICT, no_grad, inputs)
     assert right["num_batches_tracked"] == inputs["tracked"]
     assert wrong["num_batches_tracked"] == inputs["tracked"] + 1
     assert not np.allclose(wrong["running_mean"], inputs["running_mean"])
@@ -162,10 +162,15 @@ def test_a_library_normalization_where_one_is_to_be_built_earns_zero(name, sourc
 def test_grad_weight_summed_over_n_only_keeps_no_more_than_a_slip():
     """The values sharing γ and β are the structure of batch_norm_backward: sums over N only
     keep its cap, not the points of the checks they pass (grad_x is right)."""
-    mistakes = {m.name: m.impl for m in BATCH_NORM_BACKWARD.mistakes}
     for seed in SEEDS:
         wrong, slipped = (
-            run(BATCH_NORM_BACKWARD, mistakes[m], hidden=True, seed=seed, source="")
+            run(
+                BATCH_NORM_BACKWARD,
+                known_mistake(BATCH_NORM_BACKWARD, m),
+                hidden=True,
+                seed=seed,
+                source="",
+            )
             for m in ("sums over N only", "weight left out of grad_x")
         )
         assert wrong.capped and wrong.score <= slipped.score, (wrong.score, slipped.score)

@@ -11,13 +11,19 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import SEEDS, assert_a_cheat_earns_nothing, each_cheat, solution_answers
+from conftest import (
+    SEEDS,
+    assert_a_cheat_earns_nothing,
+    each_cheat,
+    known_mistake,
+    solution_answers,
+)
 
-import norm_utils
 from grader.checks import CheckFailed, check, run
 from grader.checks.core import StudentError, judge_check, outputs_of, plan
 from grader.checks.sequences import EXERCISES
 from grader.reference.masking import lengths_to_mask
+from norm_utils.masking import pad_sequences
 
 ASSIGNMENT = "03_sequences"
 BY_NAME = {e.name: e for e in EXERCISES}
@@ -49,8 +55,8 @@ def test_every_mistake_is_named_on_many_seeds(exercise):
 
 def test_a_single_mistake_keeps_partial_credit():
     exercise = BY_NAME["masked_batch_norm"]
-    biased = next(m for m in exercise.mistakes if m.name == "biased running variance")
-    verdict = run(exercise, biased.impl, hidden=True, seed=0, source="")
+    biased = known_mistake(exercise, "biased running variance")
+    verdict = run(exercise, biased, hidden=True, seed=0, source="")
     assert 0 < verdict.score < exercise.points
 
 
@@ -117,7 +123,7 @@ def test_solution_masked_batch_norm_equals_batch_norm_on_the_packed_tokens():
     running_mean, running_var = torch.zeros(3), torch.ones(3)
     for lengths in ([4, 1, 6], [2, 2, 5], [7, 3, 1]):
         seqs = [torch.randn(n, 3) * 2 + 3 for n in lengths]
-        x, mask = norm_utils.pad_sequences(seqs, padding_value=float("nan"))
+        x, mask = pad_sequences(seqs, padding_value=float("nan"))
         y = masked_batch_norm(x, mask, running_mean, running_var, training=True)
         torch.testing.assert_close(y[mask], bn(torch.cat(seqs)))
         assert (y[~mask] == 0).all()
@@ -128,7 +134,7 @@ def test_solution_masked_batch_norm_equals_batch_norm_on_the_packed_tokens():
 def test_solution_masked_batch_norm_ignores_appended_padding_and_its_values():
     masked_batch_norm = SOLUTIONS["masked_batch_norm"][0]
     seqs = [torch.randn(n, 4) + 3 for n in (5, 1, 3)]
-    x, mask = norm_utils.pad_sequences(seqs)
+    x, mask = pad_sequences(seqs)
     longer = F.pad(x, (0, 0, 0, 20)).masked_fill(~F.pad(mask, (0, 20))[..., None], 1e6)
     short = masked_batch_norm(x, mask, training=True)
     long = masked_batch_norm(longer, F.pad(mask, (0, 20)), training=True)
@@ -210,8 +216,8 @@ def test_an_inverted_mask_is_explained_on_the_visible_checks():
 
 def test_feedback_never_shows_hidden_inputs():
     exercise = BY_NAME["masked_mean_pool"]
-    naive = next(m for m in exercise.mistakes if m.name == "padding included in the mean")
-    text = run(exercise, naive.impl, hidden=True, seed=3, source="").render()
+    naive = known_mistake(exercise, "padding included in the mean")
+    text = run(exercise, naive, hidden=True, seed=3, source="").render()
     for _, inputs in plan(exercise, hidden=True, seed=3):
         for value in inputs["x"][inputs["mask"]].flatten()[:5]:
             assert f"{value:.3f}" not in text

@@ -91,7 +91,7 @@ class PreLNBlock(_Block):
 
     Xiong et al. 2020, https://arxiv.org/abs/2002.04745 (as in GPT-2 and nanoGPT). The residual
     stream is never normalized, so its norm grows with depth and a stack needs a final LayerNorm
-    (``norm_utils.Encoder`` with ``final_norm=True``).
+    (``norm_utils.blocks.Encoder`` with ``final_norm=True``).
 
     .. math::
         x_{l+1} = x_l + F(\mathrm{LN}(x_l))

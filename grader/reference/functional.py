@@ -82,26 +82,15 @@ def _normalized_dims(
     return tuple(range(-len(shape), 0))
 
 
-def _check_channels(
-    x: Tensor,
-    weight: Tensor | None,
-    bias: Tensor | None,
-    running_mean: Tensor | None = None,
-    running_var: Tensor | None = None,
-) -> None:
-    """Check that ``x`` is (N, C, *) and that every per-channel tensor given has shape (C,)."""
+def _check_channels(x: Tensor, **per_channel: Tensor | None) -> None:
+    """Check that ``x`` is (N, C, *) and that every per-channel tensor given (by its parameter's
+    name) has shape (C,)."""
     if x.dim() < 2:
         raise ValueError(f"expected input of shape (N, C) or (N, C, *), got shape {tuple(x.shape)}")
-    if (running_mean is None) != (running_var is None):
+    if (per_channel.get("running_mean") is None) != (per_channel.get("running_var") is None):
         raise ValueError("running_mean and running_var must both be tensors or both be None")
     num_channels = x.shape[1]
-    named = {
-        "running_mean": running_mean,
-        "running_var": running_var,
-        "weight": weight,
-        "bias": bias,
-    }
-    for name, t in named.items():
+    for name, t in per_channel.items():
         if t is not None and tuple(t.shape) != (num_channels,):
             size = f"{t.numel()} elements" if t.dim() == 1 else f"shape {tuple(t.shape)}"
             # The classic cause: a (N, L, C) sequence batch, whose dim 1 is L, not C.
@@ -265,7 +254,7 @@ def batch_norm(
         >>> running_var  # 0.9 * 1 + 0.1 * [2, 200], the unbiased batch variances
         tensor([ 1.1000, 20.9000])
     """
-    _check_channels(x, weight, bias, running_mean, running_var)
+    _check_channels(x, running_mean=running_mean, running_var=running_var, weight=weight, bias=bias)
     if training or running_mean is None:
         n = x.numel() // x.shape[1]  # values per channel
         if n == 1:  # the batch variance of a single value is 0: nothing to normalize with
@@ -324,7 +313,7 @@ def group_norm(
                  [-1.3416, -0.4472],
                  [ 0.4472,  1.3416]]])
     """
-    _check_channels(x, weight, bias)
+    _check_channels(x, weight=weight, bias=bias)
     n, c = x.shape[:2]
     if num_groups <= 0 or c % num_groups != 0:
         raise ValueError(
@@ -382,7 +371,7 @@ def instance_norm(
         tensor([[[-1.2247,  0.0000,  1.2247],
                  [-1.2247,  0.0000,  1.2247]]])
     """
-    _check_channels(x, weight, bias, running_mean, running_var)
+    _check_channels(x, running_mean=running_mean, running_var=running_var, weight=weight, bias=bias)
     if not use_input_stats:
         if running_mean is None:
             raise ValueError("use_input_stats=False needs running_mean and running_var")
@@ -531,7 +520,7 @@ def batch_norm_backward(
         >>> torch.allclose(grad_x, x.grad)
         True
     """
-    _check_channels(x, weight, None)
+    _check_channels(x, weight=weight)
     dims = (0, *range(2, x.dim()))
     grad_x, x_hat = _normalization_backward(grad_out, x, dims, _per_channel(weight, x.dim()), eps)
     if weight is None:
