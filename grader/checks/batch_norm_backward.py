@@ -145,7 +145,7 @@ BATCH_NORM_BACKWARD = Exercise(
         hidden(
             1, "a (16, 4, 4) batch, L = C: channels are dim 1", lambda rng: _case(rng, 16, 4, 4)
         ),
-        *backward_edges(_case, (6, 5), (16, 3), scale=0.02, sets="channels"),
+        *backward_edges(_case, unweighted=(6, 5), near_eps=(16, 3), scale=0.02, sets="channels"),
     ),
 )
 
