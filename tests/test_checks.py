@@ -348,8 +348,8 @@ GN, RMS = group_norm_checks._group_norm_variant, rms_norm_checks._rms_norm_varia
 # Wrong answers no known mistake matches (two combined, or one the library does not know), and
 # the words their feedback must contain: where the output's statistics went wrong.
 UNSEEN = [
-    ("layer_norm", partial(LN, batch_axis=True, correction=1), "normalized over the batch"),
-    ("layer_norm", partial(LN, last_dim_only=True, affine=False), "over the last dim only"),
+    ("layer_norm", partial(LN, axis="batch", correction=1), "normalized over the batch"),
+    ("layer_norm", partial(LN, axis="last", affine="ignored"), "over the last dim only"),
     ("layer_norm", _layer_norm_uncentered, "has a mean of up to"),
     ("layer_norm", _layer_norm_over_n_plus_1, "times the correct one in every row"),
     ("batch_norm", partial(BN, axis="sample", norm_correction=1), "over each sample's features"),

@@ -47,18 +47,18 @@ def _layer_norm_variant(
     bias=None,
     eps=1e-5,
     *,
-    batch_axis=False,
-    last_dim_only=False,
-    affine=True,
-    affine_first=False,
-    per_channel_affine=False,
+    axis="normalized",
+    affine="elementwise",
     fixed_eps=None,
     **slips,
 ):
     """One layer norm with a switch per classic mistake (and the standardization's `slips`,
-    `variants.standardized`); all switches off is correct."""
+    `variants.standardized`); the defaults are correct. `axis`: the statistics' dims, the
+    trailing `normalized_shape` ones ("normalized"), the batch ("batch") or the last dim only
+    ("last"); `affine`: γ and β elementwise after normalizing ("elementwise"), not applied
+    ("ignored"), applied before ("before") or read per leading dim ("per channel")."""
     eps = eps if fixed_eps is None else fixed_eps
-    if per_channel_affine and weight is not None:
+    if affine == "per channel" and weight is not None:
         # γ, β read BatchNorm-style: one value per leading normalized dim, broadcast over the rest
         lead = (weight.shape[0],) + (1,) * (weight.dim() - 1)
 
@@ -66,11 +66,11 @@ def _layer_norm_variant(
             return p.reshape(p.shape[0], -1)[:, :1].reshape(lead)
 
         weight, bias = first(weight), first(bias)
-    dims = (0,) if batch_axis else (-1,) if last_dim_only else trailing_dims(normalized_shape)
-    if affine_first:
+    dims = {"normalized": trailing_dims(normalized_shape), "batch": (0,), "last": (-1,)}[axis]
+    if affine == "before":
         x = with_affine(x, weight, bias)
     x_hat = standardized(x, dims, eps, **slips)
-    return with_affine(x_hat, weight, bias) if affine and not affine_first else x_hat
+    return x_hat if affine in ("ignored", "before") else with_affine(x_hat, weight, bias)
 
 
 _slip = partial(slip, _layer_norm_variant)
@@ -98,31 +98,31 @@ LAYER_NORM_MISTAKES = (
         "statistics over the batch",
         "Your statistics run over the batch axis (like BatchNorm); LayerNorm computes them per "
         "sample, over the trailing `normalized_shape` dims.",
-        batch_axis=True,
+        axis="batch",
         structural=True,
     ),
     _slip(
         "last dim only",
         "Your statistics cover only the last dim; with a multi-dim `normalized_shape` they must "
         "run over all of its trailing dims together.",
-        last_dim_only=True,
+        axis="last",
         structural=True,
     ),
     _slip(
         "affine ignored",
         "`weight` and `bias` are not applied: the output must be scaled by γ and shifted by β.",
-        affine=False,
+        affine="ignored",
     ),
     _slip(
         "affine per channel",
         "Your γ and β act per channel (one value per leading normalized dim, as in BatchNorm or "
         "GroupNorm); LayerNorm's are elementwise, one per position of `normalized_shape`.",
-        per_channel_affine=True,
+        affine="per channel",
     ),
     _slip(
         "affine before normalizing",
         "γ and β are applied before normalizing; they belong after it, on x̂.",
-        affine_first=True,
+        affine="before",
     ),
     _slip(
         "E[x²]−E[x]² cancellation",
