@@ -9,8 +9,8 @@ normalized dims, not 0"). A gradient satisfies the invariances of its function i
 (`Invariant`: LayerNorm's grad_x sums to 0 over a row, and is orthogonal to x − μ), and any
 output that is the correct one scaled or shifted is said to be. A running statistic is an
 exponential moving average (`RunningAverage`: which weight, old or new, is off), a variance is
-never negative, 0 on constant values and smallest about the mean (`Variance`), two momentum
-conventions add up to 1 (`Complement`). Any output also tells by its shape which dims were
+never negative, 0 on constant values and smallest about the mean (`variance`), two momentum
+conventions add up to 1 (`complement`). Any output also tells by its shape which dims were
 reduced (read against the inputs' shapes, `shape_sentence`), by NaN where the correct output is
 finite that a root or a division went wrong, and by a factor that changes from row to row that
 a per-row factor is. It reports only statistics of the student's own output and ratios to a
@@ -66,6 +66,25 @@ class Property(Protocol):
     key: str
 
     def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str: ...
+
+
+Sentence = Callable[[str, "Arrays", np.ndarray, np.ndarray], str]
+
+
+@dataclass(frozen=True)
+class Told:
+    """A property with nothing to set: `says` is its sentence about outputs starting with `key`."""
+
+    key: str
+    says: Sentence
+
+    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+        return self.says(key, inputs, got, want)
+
+
+def about(key: str) -> Callable[[Sentence], Told]:
+    """Make a sentence function the property of the outputs whose key starts with `key`."""
+    return lambda says: Told(key, says)
 
 
 @dataclass(frozen=True)
@@ -680,39 +699,31 @@ def _masked_single_step(which: int) -> History:
     return history
 
 
-@dataclass(frozen=True)
-class EvaluatedOnTheBatch:
+@about("output of the evaluation call")
+def evaluated_on_the_batch(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
     """BatchNorm's evaluation output is normalized with the running statistics; one normalized
     per channel over the evaluation batch itself used that batch's statistics instead."""
-
-    key: str = "output of the evaluation call"
-
-    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
-        rows_got, rows_want = _channels(got, inputs), _channels(want, inputs)
-        if rows_got is None or rows_want is None or rows_got.shape[1] < 2:
-            return ""
-        got_normalized = _evenly_normalized(rows_got.astype(np.float64), True, target=1.0)
-        if not got_normalized or _evenly_normalized(rows_want.astype(np.float64), True, 1.0):
-            return ""
-        return (
-            f"{key} is normalized with the evaluation batch's own statistics: with "
-            "training=False, BatchNorm normalizes with `running_mean` and `running_var`"
-        )
+    rows_got, rows_want = _channels(got, inputs), _channels(want, inputs)
+    if rows_got is None or rows_want is None or rows_got.shape[1] < 2:
+        return ""
+    got_normalized = _evenly_normalized(rows_got.astype(np.float64), True, target=1.0)
+    if not got_normalized or _evenly_normalized(rows_want.astype(np.float64), True, 1.0):
+        return ""
+    return (
+        f"{key} is normalized with the evaluation batch's own statistics: with "
+        "training=False, BatchNorm normalizes with `running_mean` and `running_var`"
+    )
 
 
-@dataclass(frozen=True)
-class ZeroPadding:
+@about("output at padding")
+def zero_padding(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
     """A padded position carries no token: its output is 0, whatever the padding held."""
-
-    key: str = "output at padding"
-
-    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
-        if np.any(want != 0) or not np.all(np.isfinite(got)):
-            return ""
-        held = np.concatenate([x[~m] for x, m in zip(inputs["x"], inputs["mask"], strict=True)])
-        passed = held.shape == got.shape and np.allclose(got, held, equal_nan=True)
-        what = "the padding's own values, passed through" if passed else "not 0"
-        return f"{key} is {what}: a padded position carries no token, so its output is 0"
+    if np.any(want != 0) or not np.all(np.isfinite(got)):
+        return ""
+    held = np.concatenate([x[~m] for x, m in zip(inputs["x"], inputs["mask"], strict=True)])
+    passed = held.shape == got.shape and np.allclose(got, held, equal_nan=True)
+    what = "the padding's own values, passed through" if passed else "not 0"
+    return f"{key} is {what}: a padded position carries no token, so its output is 0"
 
 
 BATCH_NORM_RUNNING = (
@@ -731,53 +742,49 @@ MASKED_RUNNING = (
 # A variance along one dim, and a momentum converted between conventions
 
 
-@dataclass(frozen=True)
-class Variance:
+@about("var")
+def variance(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
     """`var` is the biased variance of `x` along `dim`: never negative, 0 for a constant row,
     the smallest mean square deviation from any centre (E(x − c)² = Var x + (μ − c)²)."""
-
-    key: str = "var"
-
-    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
-        if got.shape != want.shape or not np.all(np.isfinite(got)):
-            return ""
-        got, want = got.astype(np.float64), want.astype(np.float64)
-        n = inputs["x"].shape[int(inputs["dim"])]
-        if np.any(got < 0):
-            return f"{key} is negative in {_places(got < 0, 'position')}: a variance never is"
-        vanished = (got == 0) & (want > 0)
-        if vanished.any():
-            return (
-                f"{key} is 0 in {_places(vanished, 'position')} where the values vary: the "
-                "squares cancelled (E[x²] − E[x]² loses every digit when the mean is large) and "
-                "the result was cut off at 0"
-            )
-        if np.all(want == 0):
-            return (
-                f"{key} of constant values is {float(got.max()):.3g}, not 0: the deviations are "
-                "not measured from the values' own mean"
-            )
-        ratio = float(np.median(got / want))
-        if np.allclose(got, ratio * want, rtol=1e-3):
-            hint = _unbiased_hint(ratio, n)
-            if hint:
-                return f"{key} is {ratio:.3g} times the biased variance{hint}"
-        if _about_another_mean(got, inputs):
-            return (
-                f"{key} measures the deviations from the mean along another dim than `dim`: "
-                "the mean and the squares must run along the same dim"
-            )
-        if np.all(got < want * (1 - 1e-3)):
-            return (
-                f"{key} is smaller than the variance everywhere: it is not the mean of the "
-                "squared deviations (the square of their mean absolute value, for one, is less)"
-            )
-        if np.all(got > want * (1 + 1e-3)):
-            return (
-                f"{key} is larger than the variance everywhere: the squared deviations are not "
-                "taken from the mean along `dim` (any other centre gives more)"
-            )
+    if got.shape != want.shape or not np.all(np.isfinite(got)):
         return ""
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    n = inputs["x"].shape[int(inputs["dim"])]
+    if np.any(got < 0):
+        return f"{key} is negative in {_places(got < 0, 'position')}: a variance never is"
+    vanished = (got == 0) & (want > 0)
+    if vanished.any():
+        return (
+            f"{key} is 0 in {_places(vanished, 'position')} where the values vary: the "
+            "squares cancelled (E[x²] − E[x]² loses every digit when the mean is large) and "
+            "the result was cut off at 0"
+        )
+    if np.all(want == 0):
+        return (
+            f"{key} of constant values is {float(got.max()):.3g}, not 0: the deviations are "
+            "not measured from the values' own mean"
+        )
+    ratio = float(np.median(got / want))
+    if np.allclose(got, ratio * want, rtol=1e-3):
+        hint = _unbiased_hint(ratio, n)
+        if hint:
+            return f"{key} is {ratio:.3g} times the biased variance{hint}"
+    if _about_another_mean(got, inputs):
+        return (
+            f"{key} measures the deviations from the mean along another dim than `dim`: "
+            "the mean and the squares must run along the same dim"
+        )
+    if np.all(got < want * (1 - 1e-3)):
+        return (
+            f"{key} is smaller than the variance everywhere: it is not the mean of the "
+            "squared deviations (the square of their mean absolute value, for one, is less)"
+        )
+    if np.all(got > want * (1 + 1e-3)):
+        return (
+            f"{key} is larger than the variance everywhere: the squared deviations are not "
+            "taken from the mean along `dim` (any other centre gives more)"
+        )
+    return ""
 
 
 def _about_another_mean(got: np.ndarray, a: Arrays) -> bool:
@@ -790,21 +797,17 @@ def _about_another_mean(got: np.ndarray, a: Arrays) -> bool:
     return False
 
 
-@dataclass(frozen=True)
-class Complement:
+@about("momentum")
+def complement(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
     """Two conventions' momenta add up to 1 (one weights the new batch, the other the old
     running value), and a momentum is a share, between 0 and 1."""
-
-    key: str = "momentum"
-
-    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
-        value, given = float(got), float(inputs["keras_momentum"])
-        if not 0 <= value <= 1:
-            return (
-                f"{key} is {value:g}: PyTorch's momentum is the new batch's share of the running "
-                "statistics, between 0 and 1"
-            )
+    value, given = float(got), float(inputs["keras_momentum"])
+    if not 0 <= value <= 1:
         return (
-            f"{key} and the Keras momentum add up to {value + given:g}, not 1: Keras's weights "
-            "the old running value, PyTorch's the new batch"
+            f"{key} is {value:g}: PyTorch's momentum is the new batch's share of the running "
+            "statistics, between 0 and 1"
         )
+    return (
+        f"{key} and the Keras momentum add up to {value + given:g}, not 1: Keras's weights "
+        "the old running value, PyTorch's the new batch"
+    )

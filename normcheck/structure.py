@@ -10,14 +10,12 @@ reference block and no known mistake, so the student's own `check()` runs them t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 from torch.nn import functional as F
 
 from normcheck.probing import ALONE, Arrays
-from normcheck.properties import Combination, Structural, combination
+from normcheck.properties import Combination, Structural, about, combination
 
 SWITCH_OFF = ("self_attn.out_proj.weight", "linear2.weight")  # zeroed: F₁ ≡ b₁, F₂ ≡ b₂
 
@@ -88,83 +86,71 @@ def _biases_added(a: Arrays) -> np.ndarray | None:
     )
 
 
-@dataclass(frozen=True)
-class FinalNormReads:
+@about("output")
+def final_norm_reads(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
     """With every block's output weights zeroed, the blocks of a Pre-LN stack turn x into
     x + B, which its final LayerNorm normalizes. LN_f's affine undone, each output row is the
     row it read, centred and divided by its own spread, so fitting k_row·z_row = a·x_row + B
     (centred) says what LN_f read up to its scale, whatever the answer computed around it:
     "x + blocks(x)" for a stack that adds its input back around its blocks."""
-
-    key: str = "output"
-
-    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
-        added, weight = _biases_added(inputs), inputs["w:norm.weight"]
-        if added is None or np.abs(weight).min() < 1e-3 or got.shape != want.shape:
-            return ""
-        z = ((got - inputs["w:norm.bias"]) / weight).reshape(-1, len(weight))
-        x = inputs["x"].reshape(z.shape)
-        x, added = x - x.mean(-1, keepdims=True), added - added.mean()
-        rows, n = z.shape
-        design = np.zeros((rows * n, rows + 1))
-        for r in range(rows):  # k_r · z_r − a · x_r = B, one equation per feature
-            design[r * n : (r + 1) * n, r] = z[r]
-            design[r * n : (r + 1) * n, rows] = -x[r]
-        target = np.tile(added, rows)
-        solution, *_ = np.linalg.lstsq(design, target, rcond=None)
-        if np.linalg.norm(design @ solution - target) > 1e-6 * np.linalg.norm(target):
-            return ""  # LN_f read no combination of x and B: nothing sure to say
-        read = combination(np.array([solution[-1] - 1, 1.0]), ["x", "blocks(x)"])
-        if read == "blocks(x)":
-            return ""
-        return Structural(
-            f"with every block's output weights zeroed, what the final LayerNorm reads is {read} "
-            "(up to its scale), where blocks(x), the last block's output, belongs"
-        )
+    added, weight = _biases_added(inputs), inputs["w:norm.weight"]
+    if added is None or np.abs(weight).min() < 1e-3 or got.shape != want.shape:
+        return ""
+    z = ((got - inputs["w:norm.bias"]) / weight).reshape(-1, len(weight))
+    x = inputs["x"].reshape(z.shape)
+    x, added = x - x.mean(-1, keepdims=True), added - added.mean()
+    rows, n = z.shape
+    design = np.zeros((rows * n, rows + 1))
+    for r in range(rows):  # k_r · z_r − a · x_r = B, one equation per feature
+        design[r * n : (r + 1) * n, r] = z[r]
+        design[r * n : (r + 1) * n, rows] = -x[r]
+    target = np.tile(added, rows)
+    solution, *_ = np.linalg.lstsq(design, target, rcond=None)
+    if np.linalg.norm(design @ solution - target) > 1e-6 * np.linalg.norm(target):
+        return ""  # LN_f read no combination of x and B: nothing sure to say
+    read = combination(np.array([solution[-1] - 1, 1.0]), ["x", "blocks(x)"])
+    if read == "blocks(x)":
+        return ""
+    return Structural(
+        f"with every block's output weights zeroed, what the final LayerNorm reads is {read} "
+        "(up to its scale), where blocks(x), the last block's output, belongs"
+    )
 
 
-@dataclass(frozen=True)
-class CallCounts:
+@about("how many times norm1 and norm2 are called")
+def call_counts(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
     """Each norm of a block is called exactly once per forward."""
-
-    key: str = "how many times norm1 and norm2 are called"
-
-    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
-        if np.array_equal(got, want):
-            return ""
-        said = {1: "once", 2: "twice"}
-        counts = [said.get(int(n), f"{int(n)} times") for n in got]
-        return Structural(
-            f"`norm1` is called {counts[0]} and `norm2` {counts[1]} per forward; each sublayer "
-            "has its own norm, called once"
-        )
+    if np.array_equal(got, want):
+        return ""
+    said = {1: "once", 2: "twice"}
+    counts = [said.get(int(n), f"{int(n)} times") for n in got]
+    return Structural(
+        f"`norm1` is called {counts[0]} and `norm2` {counts[1]} per forward; each sublayer "
+        "has its own norm, called once"
+    )
 
 
-@dataclass(frozen=True)
-class BatchIndependence:
+@about(ALONE)
+def batch_independence(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
     """Samples never meet in a block or a stack: the first sample's output is the same alone as
     in its batch (the probe returns the change, 0 for any answer that keeps samples apart)."""
-
-    key: str = ALONE
-
-    def sentence(self, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
-        return Structural(
-            "the first sample's output changes when the rest of the batch is removed: samples "
-            "are mixed across the batch (the input is (B, T, D), batch first; attention runs "
-            "over T within each sample)"
-        )
+    return Structural(
+        "the first sample's output changes when the rest of the batch is removed: samples "
+        "are mixed across the batch (the input is (B, T, D), batch first; attention runs "
+        "over T within each sample)"
+    )
 
 
 def _block_properties(terms) -> tuple:
     keys = ("what norm1 receives", "what norm2 receives", "output")
     residuals = (Combination(k, terms, structural=True) for k in keys)
-    return (CallCounts(), *residuals, BatchIndependence())
+    return (call_counts, *residuals, batch_independence)
 
 
 POST_LN_PROPERTIES = _block_properties(_post_ln_terms)
 PRE_LN_PROPERTIES = _block_properties(_pre_ln_terms)
 ENCODER_PROPERTIES = (
-    BatchIndependence(),
+    batch_independence,
     Combination("output", _stack_terms, structural=True),
-    FinalNormReads(),
+    final_norm_reads,
 )

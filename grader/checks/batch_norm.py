@@ -62,8 +62,8 @@ from grader.sandboxed.probes import (
 from normcheck.properties import (
     BATCH_NORM_RUNNING,
     BATCH_NORM_TRAINING,
-    Complement,
-    EvaluatedOnTheBatch,
+    complement,
+    evaluated_on_the_batch,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -249,7 +249,7 @@ BATCH_NORM = Exercise(
     probe=probe_batch_norm,
     forbidden=forbid(*NORMALIZATIONS),
     mistakes=BATCH_NORM_MISTAKES,
-    properties=(BATCH_NORM_TRAINING, *BATCH_NORM_RUNNING, EvaluatedOnTheBatch()),
+    properties=(BATCH_NORM_TRAINING, *BATCH_NORM_RUNNING, evaluated_on_the_batch),
     structure=Structure("statistics per channel, dim 1, over every other dim", cap=2),
     forms=(("x", "2-d"), ("x", "3-d")),
     checks=(
@@ -347,7 +347,7 @@ TORCH_MOMENTUM = Exercise(
     name="torch_momentum",
     reference=_keras_to_torch,
     probe=probe_torch_momentum,
-    properties=(Complement(),),
+    properties=(complement,),
     mistakes=(
         Mistake(
             "convention not converted",

@@ -34,7 +34,7 @@ from grader.reference import functional as ref
 from grader.sandboxed.probe import trailing_dims
 from grader.sandboxed.probes import probe_backward, probe_layer_norm, probe_var
 from normcheck.gradients import LAYER_NORM_BACKWARD as BACKWARD_PROPERTIES
-from normcheck.properties import LAYER_NORM_ROWS, Variance
+from normcheck.properties import LAYER_NORM_ROWS, variance
 
 # ---------------------------------------------------------------------------------------------
 # layer_norm
@@ -256,7 +256,7 @@ STABLE_VAR = Exercise(
     reference=_var_reference,
     probe=probe_var,
     forbidden=forbid(VARIANCE, *NORMALIZATIONS),
-    properties=(Variance(),),
+    properties=(variance,),
     mistakes=(
         slip(
             _var_variant,

@@ -33,7 +33,7 @@ from grader.checks.library import MASKED_MEAN, NORMALIZATIONS, SEQUENCE_MASKS, f
 from grader.checks.variants import with_affine
 from grader.reference import masking as ref
 from grader.sandboxed.probes import probe_mask, probe_masked_bn, probe_pool
-from normcheck.properties import MASKED_BATCH_NORM, MASKED_RUNNING, ZeroPadding
+from normcheck.properties import MASKED_BATCH_NORM, MASKED_RUNNING, zero_padding
 
 
 def _lengths_mask(lengths: np.ndarray, max_len: int) -> np.ndarray:
@@ -318,7 +318,7 @@ MASKED_BATCH_NORM = Exercise(
     name="masked_batch_norm",
     reference=ref.masked_batch_norm,
     probe=probe_masked_bn,
-    properties=(MASKED_BATCH_NORM, *MASKED_RUNNING, ZeroPadding()),
+    properties=(MASKED_BATCH_NORM, *MASKED_RUNNING, zero_padding),
     structure=Structure("statistics per feature over the real tokens only", cap=1.5),
     rtol=1e-4,  # float32 statistics over a few hundred tokens and four steps
     atol=1e-4,
