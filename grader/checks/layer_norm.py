@@ -29,7 +29,7 @@ from grader.checks.core import FLOAT64, WIDE, Arrays, Exercise, Structure, hidde
 from grader.checks.gradients import backward_edges
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, VARIANCE, forbid
-from grader.checks.variants import standardized, variance, with_affine
+from grader.checks.variants import standardized, variance_of, with_affine
 from grader.reference import functional as ref
 from grader.sandboxed.probe import trailing_dims
 from grader.sandboxed.probes import probe_backward, probe_layer_norm, probe_var
@@ -243,8 +243,8 @@ def _var_reference(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 
 def _var_variant(x: torch.Tensor, dim: int = -1, **slips) -> torch.Tensor:
-    """The variance along `dim` with the `variants.variance` slips; none set is correct."""
-    return variance(x, (dim,), **slips).squeeze(dim)
+    """The variance along `dim` with the `variants.variance_of` slips; none set is correct."""
+    return variance_of(x, (dim,), **slips).squeeze(dim)
 
 
 def _var_case(x: np.ndarray, dim: int = -1) -> Arrays:

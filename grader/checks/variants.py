@@ -12,7 +12,7 @@ def root(var: torch.Tensor, eps: float, *, eps_outside: bool = False) -> torch.T
     return var.sqrt() + eps if eps_outside else (var + eps).sqrt()
 
 
-def variance(
+def variance_of(
     x: torch.Tensor, dims: tuple[int, ...], *, correction: int = 0, naive: bool = False
 ) -> torch.Tensor:
     """σ² over `dims` (kept), with the slips: the n−1 estimator (`correction=1`), E[x²]−E[x]²
@@ -26,10 +26,10 @@ def variance(
 def standardized(
     x: torch.Tensor, dims: tuple[int, ...], eps: float, *, eps_outside: bool = False, **slips
 ) -> torch.Tensor:
-    """(x − μ) / √(σ² + ε) over `dims`, with the slips of the `variance` and ε outside the
+    """(x − μ) / √(σ² + ε) over `dims`, with the slips of `variance_of` and ε outside the
     root."""
     mean = x.mean(dims, keepdim=True)
-    return (x - mean) / root(variance(x, dims, **slips), eps, eps_outside=eps_outside)
+    return (x - mean) / root(variance_of(x, dims, **slips), eps, eps_outside=eps_outside)
 
 
 def with_affine(
