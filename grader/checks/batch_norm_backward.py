@@ -23,8 +23,8 @@ from functools import partial
 
 import numpy as np
 
+from grader.checks.backward import backward_edges
 from grader.checks.core import FLOAT64, Arrays, Exercise, Structure, hidden, slip, visible
-from grader.checks.gradients import backward_edges
 from grader.checks.library import NORMALIZATIONS, forbid
 from grader.reference import functional as ref
 from grader.sandboxed.probes import probe_batch_norm_backward

@@ -25,8 +25,8 @@ from functools import partial
 import numpy as np
 import torch
 
+from grader.checks.backward import backward_edges
 from grader.checks.core import FLOAT64, WIDE, Arrays, Exercise, Structure, hidden, slip, visible
-from grader.checks.gradients import backward_edges
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, VARIANCE, forbid
 from grader.checks.variants import standardized, variance_of, with_affine
