@@ -335,6 +335,38 @@ def test_only_the_exercise_s_own_families_are_blocked():
     assert set(said["kept"].values()) == {"computed"}, said
 
 
+# Ways to differentiate the square of `x` that a backward exercise's block must stop: reverse
+# mode from Python (`backward`, `grad`, by any name), the transforms built on it, forward mode,
+# and a thread. (The C++ engine itself, called as `Variable._execution_engine.run_backward` or
+# by walking `grad_fn` nodes, is refused by the source scan only.)
+LEAF = "p = nn.Parameter(x.clone())\n"  # a copy of x that autograd differentiates
+DIFFERENTIATING = {
+    "Tensor.backward": LEAF + "(p ** 2).sum().backward()\ny = p.grad",
+    "torch.autograd.grad": LEAF + "y = torch.autograd.grad((p ** 2).sum(), p)[0]",
+    "torch.autograd.grad from the module's dict": (
+        LEAF + "y = torch.autograd.__dict__['grad']((p ** 2).sum(), p)[0]"
+    ),
+    "torch.autograd.functional.vjp": (
+        "y = torch.autograd.functional.vjp(lambda v: v ** 2, x, torch.ones_like(x))[1]"
+    ),
+    "torch.func.grad": "y = torch.func.grad(lambda v: (v ** 2).sum())(x)",
+    "torch.func.vjp": "y = torch.func.vjp(lambda v: v ** 2, x)[1](torch.ones_like(x))[0]",
+    "torch.func.jvp": "y = torch.func.jvp(lambda v: v ** 2, (x,), (torch.ones_like(x),))[1]",
+    "torch.func.jacfwd": "y = torch.func.jacfwd(lambda v: (v ** 2).sum())(x)",
+    "torch.func.grad, in a thread": IN_A_THREAD.format(
+        "torch.func.grad(lambda v: (v ** 2).sum())(x)"
+    ),
+}
+
+
+@pytest.mark.parametrize("exercise", ["layer_norm_backward", "batch_norm_backward"])
+def test_a_backward_exercise_blocks_every_route_to_autograd(exercise):
+    kept = {name: code for name, code in KEPT.items() if "autograd" not in name}
+    said = blocked_run(exercise, DIFFERENTIATING, kept)
+    assert all(s.startswith("blocked: ") for s in said["routes"].values()), said["routes"]
+    assert all(s == "computed" for s in said["kept"].values()), said["kept"]
+
+
 FAMILIES = {f.names[0]: f for e in EXERCISES.values() for f in e.forbidden.families}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from grader.checks.core import (
     outputs_of,
     plan,
 )
+from grader.checks.library import AUTOGRAD, forbid
 from grader.config import assignments
 from grader.notebook import answer_source, exercises_of, source_notebook
 from grader.sandboxed.probe import call, trailing_dims
@@ -214,6 +216,68 @@ def test_hidden_inputs_depend_on_the_grading_seed_visible_ones_do_not():
         assert differs == check_.hidden
 
 
+# A backward exercise answered by differentiating a forward pass written by hand, by each route
+# to autograd: each answer is right (it earns every point when autograd is allowed, which the
+# test below checks first), so what takes its points is the block, not its values. The probes
+# call `layer_norm_backward(g, x, normalized_shape, weight, eps=)` and
+# `batch_norm_backward(g, x, weight, eps=)`: the normalized dims follow from the arguments.
+_FORWARD = """
+def _forward(x, args, eps, w=None, b=None):
+    if len(args) == 2:  # LayerNorm: the trailing normalized_shape dims
+        n = 1 if isinstance(args[0], int) else len(args[0])
+        dims = tuple(range(x.dim() - n, x.dim()))
+    else:  # BatchNorm: every dim but the channels'
+        dims = (0, *range(2, x.dim()))
+        per_channel = (-1, *[1] * (x.dim() - 2))
+        w, b = (None, None) if w is None else (w.reshape(per_channel), b.reshape(per_channel))
+    y = (x - x.mean(dims, keepdim=True)) / (x.var(dims, keepdim=True, correction=0) + eps).sqrt()
+    return y if w is None else y * w + b
+
+def _leaves(x, args):
+    weight = args[-1]
+    if weight is None:
+        return (torch.nn.Parameter(x.detach().clone()),)
+    bias = torch.zeros_like(weight)
+    return tuple(torch.nn.Parameter(t.detach().clone()) for t in (x, weight, bias))
+
+def _padded(grads):
+    return tuple(grads) if len(grads) == 3 else (grads[0], None, None)
+"""
+AUTOGRAD_ROUTES = {
+    "Tensor.backward": "    leaves = _leaves(x, args)\n"
+    "    _forward(*leaves[:1], args, eps, *leaves[1:]).backward(g)\n"
+    "    return _padded([leaf.grad for leaf in leaves])",
+    "torch.autograd.grad": "    leaves = _leaves(x, args)\n"
+    "    y = _forward(*leaves[:1], args, eps, *leaves[1:])\n"
+    "    return _padded(torch.autograd.grad(y, leaves, g))",
+    "torch.autograd.grad by a name the source scan cannot read": "    leaves = _leaves(x, args)\n"
+    "    differentiate = torch.autograd.__dict__['gr' + 'ad']\n"
+    "    y = _forward(*leaves[:1], args, eps, *leaves[1:])\n"
+    "    return _padded(differentiate(y, leaves, g))",
+    "torch.func.vjp": "    leaves = _leaves(x, args)\n"
+    "    _, pullback = torch.func.vjp(lambda *v: _forward(*v[:1], args, eps, *v[1:]), *leaves)\n"
+    "    return _padded(pullback(g))",
+    "torch.func.jacfwd": "    leaves = _leaves(x, args)\n"
+    "    loss = lambda *v: (_forward(*v[:1], args, eps, *v[1:]) * g).sum()\n"
+    "    return _padded(torch.func.jacfwd(loss, argnums=tuple(range(len(leaves))))(*leaves))",
+}
+
+
+def _autograd_answer(name: str, route: str) -> str:
+    return f"{_FORWARD}\ndef {name}(g, x, *args, eps=1e-5):\n{AUTOGRAD_ROUTES[route]}\n"
+
+
+@pytest.mark.parametrize("name", ["layer_norm_backward", "batch_norm_backward"])
+@pytest.mark.parametrize("route", sorted(AUTOGRAD_ROUTES))
+def test_a_backward_exercise_answered_by_autograd_earns_nothing(name, route):
+    exercise, source = EXERCISES[name], _autograd_answer(name, route)
+    allowed = [f for f in exercise.forbidden.families if f is not AUTOGRAD]
+    unguarded = replace(exercise, forbidden=forbid(*allowed))
+    answer = answer_from(source, name)
+    assert run(unguarded, answer, hidden=True, seed=0, source=source).score == exercise.points
+    assert_a_cheat_earns_nothing(exercise, source)
+
+
 CHEATS = {
     "layer_norm": [
         "def layer_norm(x, s, w=None, b=None, eps=1e-5):\n    return F.layer_norm(x, s, w, b, eps)",
@@ -230,7 +294,7 @@ CHEATS = {
     "layer_norm_backward": [
         "def layer_norm_backward(g, x, s, w=None, eps=1e-5):\n"
         "    from grader.reference import functional\n"
-        "    return functional.layer_norm_backward(g, x, s, w, eps)"
+        "    return functional.layer_norm_backward(g, x, s, w, eps)",
     ],
 }
 

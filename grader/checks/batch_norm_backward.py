@@ -25,7 +25,7 @@ import numpy as np
 
 from grader.checks.backward import backward_edges
 from grader.checks.core import FLOAT64, Arrays, Exercise, Structure, hidden, slip, visible
-from grader.checks.library import NORMALIZATIONS, forbid
+from grader.checks.library import AUTOGRAD, NORMALIZATIONS, forbid
 from grader.reference import functional as ref
 from grader.sandboxed.probes import probe_batch_norm_backward
 from normcheck.gradients import BATCH_NORM_BACKWARD as BACKWARD_PROPERTIES
@@ -83,7 +83,7 @@ BATCH_NORM_BACKWARD = Exercise(
     probe=probe_batch_norm_backward,
     properties=BACKWARD_PROPERTIES,
     **FLOAT64,
-    forbidden=forbid(*NORMALIZATIONS),
+    forbidden=forbid(AUTOGRAD, *NORMALIZATIONS),
     forms=(("x", "2-d"), ("x", "3-d")),
     structure=Structure(
         "one γ and one β per channel: grad_weight and grad_bias summed over N and every dim "

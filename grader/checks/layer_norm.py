@@ -28,7 +28,7 @@ import torch
 from grader.checks.backward import backward_edges
 from grader.checks.core import FLOAT64, WIDE, Arrays, Exercise, Structure, hidden, slip, visible
 from grader.checks.inputs import randn, with_spread
-from grader.checks.library import NORMALIZATIONS, VARIANCE, forbid
+from grader.checks.library import AUTOGRAD, NORMALIZATIONS, VARIANCE, forbid
 from grader.checks.variants import standardized, variance_of, with_affine
 from grader.reference import functional as ref
 from grader.sandboxed.probe import trailing_dims
@@ -340,7 +340,7 @@ LAYER_NORM_BACKWARD = Exercise(
     probe=probe_backward,
     properties=BACKWARD_PROPERTIES,
     **FLOAT64,
-    forbidden=forbid(*NORMALIZATIONS),
+    forbidden=forbid(AUTOGRAD, *NORMALIZATIONS),
     forms=(("normalized_shape", "int"), ("normalized_shape", "tuple")),
     mistakes=(
         slip(

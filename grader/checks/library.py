@@ -202,6 +202,17 @@ BN_FOLDING = Family(
     ),
 )
 
+# A gradient the backward exercises ask to derive, computed by differentiating a forward pass:
+# reverse mode (`torch.autograd.grad` and `backward`, on which `Tensor.backward`,
+# `torch.autograd.functional` and `torch.func`'s grad, vjp and jacrev are built) and forward mode
+# (`_make_dual`, under `torch.func.jvp` and jacfwd). The names a graph is built or walked by
+# are refused in the source.
+AUTOGRAD = Family(
+    operators=("aten::_make_dual",),
+    python=("torch.autograd:grad", "torch.autograd:backward"),
+    classes=("requires_grad", "requires_grad_", "grad_fn", "_execution_engine", "run_backward"),
+)
+
 MASKED_MEAN = Family(
     operators=("aten::nanmean",),
     python=("grader.reference.masking:masked_mean",),
