@@ -25,6 +25,10 @@ TAMPERING = {
     "_set_torch_function_mode",
 }
 OFF_LIMITS_MODULES = ("grader", "normcheck", "importlib", "ctypes", "gc", "inspect")
+# Ways of reaching an attribute by a name that is not written out: a namespace's dict, the lookup
+# itself, and the operator module's getters. No answer needs them.
+NAMELESS_LOOKUPS = {"__dict__", "__getattribute__", "attrgetter", "methodcaller"}
+ATTRIBUTE_BUILTINS = {"getattr", "setattr", "delattr", "hasattr"}
 # torch's own Python implementations of its operators, normalizations among them, and their
 # private helpers: an answer has no use for them.
 TORCH_INTERNALS = {"_refs", "_decomp", "_prims", "_prims_common"}
@@ -34,10 +38,29 @@ def _computed_attribute(node: ast.Call) -> bool:
     """getattr/setattr/hasattr whose attribute name is not written out."""
     name = node.func.id if isinstance(node.func, ast.Name) else ""
     return (
-        name in {"getattr", "setattr", "delattr", "hasattr"}
+        name in ATTRIBUTE_BUILTINS
         and len(node.args) >= 2
         and not isinstance(node.args[1], ast.Constant)
     )
+
+
+def _nameless_lookups(tree: ast.AST) -> list[ast.AST]:
+    """Each lookup of an attribute by a name the source does not write out: a namespace's
+    `__dict__`, `__getattribute__`, the operator module's getters, and getattr and its kin used
+    as values (`g = getattr`) rather than called, which `_computed_attribute` cannot follow."""
+    called = {
+        id(node.func)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    }
+    found = []
+    for node in ast.walk(tree):
+        name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
+        if name in NAMELESS_LOOKUPS or (name in ATTRIBUTE_BUILTINS and id(node) not in called):
+            found.append(node)
+        elif isinstance(node, ast.alias) and node.name in NAMELESS_LOOKUPS:
+            found.append(node)
+    return found
 
 
 def _off_limits_imports(node: ast.Import | ast.ImportFrom) -> list[str]:
@@ -56,9 +79,13 @@ def _off_limits_imports(node: ast.Import | ast.ImportFrom) -> list[str]:
 
 
 def hidden_calls(tree: ast.AST) -> list[str]:
-    """Dynamic calls, computed attribute names, tripwire tampering, imports of the grader, and
-    torch's internals."""
-    found = []
+    """Dynamic calls, attributes looked up by names not written out, tripwire tampering, imports
+    of the grader, and torch's internals."""
+    found = [
+        f"{ast.unparse(node) if not isinstance(node, ast.alias) else node.name} "
+        f"(line {getattr(node, 'lineno', 0)})"
+        for node in _nameless_lookups(tree)
+    ]
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)
         if isinstance(node, ast.Call) and (

@@ -409,6 +409,9 @@ NAMED = {
     "torch._refs": "y = torch._refs._normalize(x, (-1,), eps)",
     "torch._decomp imported": "from torch._decomp import decompositions",
     "torch._refs by its module's name": "refs = sys.modules['torch._refs']",
+    "a module's dict": "y = F.__dict__['layer' + '_norm'](x, (D,))",
+    "getattr under another name": "look = getattr\n    y = look(F, 'layer' + '_norm')(x, (D,))",
+    "operator.attrgetter": "y = operator.attrgetter('layer' + '_norm')(F)(x, (D,))",
 }
 
 

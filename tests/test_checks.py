@@ -251,9 +251,8 @@ AUTOGRAD_ROUTES = {
     "    y = _forward(*leaves[:1], args, eps, *leaves[1:])\n"
     "    return _padded(torch.autograd.grad(y, leaves, g))",
     "torch.autograd.grad by a name the source scan cannot read": "    leaves = _leaves(x, args)\n"
-    "    differentiate = torch.autograd.__dict__['gr' + 'ad']\n"
     "    y = _forward(*leaves[:1], args, eps, *leaves[1:])\n"
-    "    return _padded(differentiate(y, leaves, g))",
+    "    return _padded(grad(y, leaves, g))  # from torch.autograd import *",
     "torch.func.vjp": "    leaves = _leaves(x, args)\n"
     "    _, pullback = torch.func.vjp(lambda *v: _forward(*v[:1], args, eps, *v[1:]), *leaves)\n"
     "    return _padded(pullback(g))",
@@ -264,7 +263,8 @@ AUTOGRAD_ROUTES = {
 
 
 def _autograd_answer(name: str, route: str) -> str:
-    return f"{_FORWARD}\ndef {name}(g, x, *args, eps=1e-5):\n{AUTOGRAD_ROUTES[route]}\n"
+    header = "from torch.autograd import *\n" if "import *" in AUTOGRAD_ROUTES[route] else ""
+    return f"{header}{_FORWARD}\ndef {name}(g, x, *args, eps=1e-5):\n{AUTOGRAD_ROUTES[route]}\n"
 
 
 @pytest.mark.parametrize("name", ["layer_norm_backward", "batch_norm_backward"])
