@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import norm_utils
-from grader.checks import Exercise, run
+from grader.checks import EXERCISES, Exercise, run
 from grader.config import assignments
 from grader.notebook import answer_source, exercises_of, setup_code, source_notebook
 from grader.sandboxed.probe import load_answer
@@ -62,6 +62,17 @@ def answer_from(source: str, name: str) -> Any:
 def each_cheat(cheats: dict[str, list[str]]) -> list[tuple[str, str]]:
     """(exercise, source) for every cheating answer in `cheats` (exercise -> sources)."""
     return [(name, source) for name, sources in cheats.items() for source in sources]
+
+
+def cheats_earn_nothing(cheats: dict[str, list[str]]) -> Callable[[str, str], None]:
+    """A test that each answer of `cheats` (exercise -> sources), a library shortcut where an
+    implementation is asked for, earns nothing and is told why."""
+
+    @pytest.mark.parametrize(("name", "source"), each_cheat(cheats), ids=lambda v: v[:40])
+    def test(name: str, source: str) -> None:
+        assert_a_cheat_earns_nothing(EXERCISES[name], source)
+
+    return test
 
 
 def assert_a_cheat_earns_nothing(exercise: Any, source: str) -> None:

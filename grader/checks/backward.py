@@ -1,10 +1,20 @@
-"""The checks every backward exercise shares: its two edges, whatever the norm."""
+"""What every backward exercise shares, whatever the norm: what it forbids, its tolerance, and its
+two edge checks."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from grader.checks.core import Arrays, Check, hidden
+from grader.checks.core import FLOAT64, Arrays, Check, Exercise, hidden
+from grader.checks.library import AUTOGRAD, NORMALIZATIONS, forbid
+
+
+def backward_exercise(**declared: Any) -> Exercise:
+    """A backward exercise: the gradient is derived, so neither the library's normalizations
+    (their backward kernels among them) nor autograd may compute it, and float64 answers are
+    judged within a few roundings of the float64 reference."""
+    return Exercise(forbidden=forbid(AUTOGRAD, *NORMALIZATIONS), **FLOAT64, **declared)
 
 
 def backward_edges(

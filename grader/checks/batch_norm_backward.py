@@ -23,9 +23,8 @@ from functools import partial
 
 import numpy as np
 
-from grader.checks.backward import backward_edges
-from grader.checks.core import FLOAT64, Arrays, Exercise, Structure, hidden, slip, visible
-from grader.checks.library import AUTOGRAD, NORMALIZATIONS, forbid
+from grader.checks.backward import backward_edges, backward_exercise
+from grader.checks.core import Arrays, Structure, hidden, slip, visible
 from grader.reference import functional as ref
 from grader.sandboxed.probes import probe_batch_norm_backward
 from normcheck.gradients import BATCH_NORM_BACKWARD as BACKWARD_PROPERTIES
@@ -77,13 +76,11 @@ def _case(rng, *shape, weight=True, scale=1.0, eps=1e-5) -> Arrays:
 
 _slip = partial(slip, _backward_variant)
 
-BATCH_NORM_BACKWARD = Exercise(
+BATCH_NORM_BACKWARD = backward_exercise(
     name="batch_norm_backward",
     reference=ref.batch_norm_backward,
     probe=probe_batch_norm_backward,
     properties=BACKWARD_PROPERTIES,
-    **FLOAT64,
-    forbidden=forbid(AUTOGRAD, *NORMALIZATIONS),
     forms=(("x", "2-d"), ("x", "3-d")),
     structure=Structure(
         "one γ and one β per channel: grad_weight and grad_bias summed over N and every dim "

@@ -25,10 +25,10 @@ from functools import partial
 import numpy as np
 import torch
 
-from grader.checks.backward import backward_edges
-from grader.checks.core import FLOAT64, WIDE, Arrays, Exercise, Structure, hidden, slip, visible
+from grader.checks.backward import backward_edges, backward_exercise
+from grader.checks.core import WIDE, Arrays, Exercise, Structure, hidden, slip, visible
 from grader.checks.inputs import randn, with_spread
-from grader.checks.library import AUTOGRAD, NORMALIZATIONS, VARIANCE, forbid
+from grader.checks.library import NORMALIZATIONS, VARIANCE, forbid
 from grader.checks.variants import standardized, variance_of, with_affine
 from grader.reference import functional as ref
 from grader.sandboxed.probe import trailing_dims
@@ -334,13 +334,11 @@ def _backward_case(rng, *shape, ndims=1, weight=True, scale=1.0, eps=1e-5, as_in
     return case
 
 
-LAYER_NORM_BACKWARD = Exercise(
+LAYER_NORM_BACKWARD = backward_exercise(
     name="layer_norm_backward",
     reference=ref.layer_norm_backward,
     probe=probe_backward,
     properties=BACKWARD_PROPERTIES,
-    **FLOAT64,
-    forbidden=forbid(AUTOGRAD, *NORMALIZATIONS),
     forms=(("normalized_shape", "int"), ("normalized_shape", "tuple")),
     mistakes=(
         slip(
