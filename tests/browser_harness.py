@@ -243,6 +243,16 @@ HAS_RUN = """([index, before]) => {
   const prompt = cell?.querySelector('.jp-InputPrompt')?.textContent ?? '';
   return /\\[\\d+\\]/.test(prompt) && prompt !== before;
 }"""
+# Whether cell `index` has run, or some cell shows red (stderr/error) text: Run All stops at a
+# cell that raises, so the last one would never run.
+RAN_OR_RED = """([index]) => {
+  const all = document.querySelectorAll(
+    '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell');
+  const prompt = all[index]?.querySelector('.jp-InputPrompt')?.textContent ?? '';
+  const red = [...all].some(
+    cell => cell.querySelector('[data-mime-type="application/vnd.jupyter.stderr"]'));
+  return /\\[\\d+\\]/.test(prompt) || red;
+}"""
 # Per cell: code or not, its prompt, its red (stderr/error) text, its rendered images.
 CELL_STATES = """cells => cells.map(cell => ({
   code: cell.classList.contains('jp-CodeCell'),
@@ -294,10 +304,14 @@ def unrun_code_cells(page) -> list[int]:
 
 def run_all(page) -> None:
     """Run All, as a student does, until the notebook's last code cell has run: no cell raises
-    in an unanswered release (a check says "not implemented yet", a demo uses the library)."""
+    in an unanswered release (a check says "not implemented yet", a demo uses the library). A
+    cell that shows red text fails it at once, naming the cell and what it said."""
     last_code = max(i for i, c in enumerate(cell_states(page)) if c["code"])
     menu(page, "Run", "runmenu:run-all")
-    wait_until_ran(page, last_code)
+    page.wait_for_function(RAN_OR_RED, arg=[last_code], polling=250, timeout=120_000)
+    wait_until_idle(page)
+    red = {i: c["red"] for i, c in enumerate(cell_states(page)) if c["red"]}
+    assert not red, f"Run All: cell {min(red)} shows red text: {red[min(red)][-600:]}"
 
 
 def cell_index(notebook: nbformat.NotebookNode, name: str) -> int:
