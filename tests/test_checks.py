@@ -39,6 +39,7 @@ from grader.checks.library import AUTOGRAD, forbid
 from grader.config import assignments
 from grader.notebook import answer_source, exercises_of, source_notebook
 from grader.sandboxed.probe import call, trailing_dims
+from norm_utils.gradients import numerical_grad
 
 CASES = [(e, m) for e in EXERCISES.values() for m in e.mistakes]
 
@@ -282,6 +283,43 @@ def test_a_backward_exercise_answered_by_autograd_earns_nothing(name, route):
     answer = answer_from(source, name)
     assert run(unguarded, answer, hidden=True, seed=0, source=source).score == exercise.points
     assert_a_cheat_earns_nothing(exercise, source)
+
+
+# The same answers' gradients by central differences: the course's `numerical_grad`, or its ten
+# lines copied into the answer (the notebook invites reading them). Off by about 1e-9, where a
+# derived float64 gradient is off by roundings.
+_OWN_DIFFERENCES = "from __future__ import annotations\n" + inspect.getsource(
+    numerical_grad
+).replace("def numerical_grad(", "def _differences(")
+DIFFERENCES = {
+    "copied into the answer": _OWN_DIFFERENCES,
+    "the course's numerical_grad": (
+        "from norm_utils.gradients import numerical_grad as _differences\n"
+    ),
+}
+
+
+def _differences_answer(name: str, differences: str) -> str:
+    return (
+        f"{differences}{_FORWARD}\ndef {name}(g, x, *args, eps=1e-5):\n"
+        "    w = args[-1]\n"
+        "    leaves = [x] if w is None else [x, w, torch.zeros_like(w)]\n"
+        "    loss = lambda *v: (_forward(v[0], args, eps, *v[1:]) * g).sum()\n"
+        "    return _padded([\n"
+        "        _differences(lambda v, i=i: loss(*leaves[:i], v, *leaves[i + 1:]), leaf)\n"
+        "        for i, leaf in enumerate(leaves)\n"
+        "    ])\n"
+    )
+
+
+@pytest.mark.parametrize("name", ["layer_norm_backward", "batch_norm_backward"])
+@pytest.mark.parametrize("differences", sorted(DIFFERENCES))
+def test_a_gradient_by_finite_differences_earns_nothing_and_is_told_why(name, differences):
+    source = _differences_answer(name, DIFFERENCES[differences])
+    verdict = run(EXERCISES[name], answer_from(source, name), hidden=True, seed=0, source=source)
+    assert verdict.score == 0
+    told = "earns no points" if "course's" in differences else "as finite differences"
+    assert told in verdict.render(), verdict.render()
 
 
 CHEATS = {

@@ -204,12 +204,18 @@ BN_FOLDING = Family(
 
 # A gradient the backward exercises ask to derive, computed by differentiating a forward pass:
 # reverse mode (`torch.autograd.grad` and `backward`, on which `Tensor.backward`,
-# `torch.autograd.functional` and `torch.func`'s grad, vjp and jacrev are built) and forward mode
-# (`_make_dual`, under `torch.func.jvp` and jacfwd). The names a graph is built or walked by
-# are refused in the source.
+# `torch.autograd.functional` and `torch.func`'s grad, vjp and jacrev are built), forward mode
+# (`_make_dual`, under `torch.func.jvp` and jacfwd), and the course's own finite differences and
+# autograd helpers, which the notebooks check a derivation with. The names a graph is built or
+# walked by are refused in the source.
 AUTOGRAD = Family(
     operators=("aten::_make_dual",),
-    python=("torch.autograd:grad", "torch.autograd:backward"),
+    python=(
+        "torch.autograd:grad",
+        "torch.autograd:backward",
+        "norm_utils.gradients:numerical_grad",
+        "norm_utils.gradients:autograd_gradients",
+    ),
     classes=("requires_grad", "requires_grad_", "grad_fn", "_execution_engine", "run_backward"),
 )
 
