@@ -367,6 +367,22 @@ def test_a_backward_exercise_blocks_every_route_to_autograd(exercise):
     assert all(s == "computed" for s in said["kept"].values()), said["kept"]
 
 
+def test_the_masked_mean_exercise_blocks_torch_masked_by_any_name():
+    said = blocked_run(
+        "masked_mean_pool",
+        {
+            "torch.masked.mean": "y = torch.masked.mean(x, 1, mask=x > 0)",
+            "from its module, in a thread": IN_A_THREAD.format(
+                "sys.modules['torch.masked._ops'].mean(x, 1, mask=x > 0)"
+            ),
+            "a MaskedTensor's mean": "y = torch.masked.masked_tensor(x, x > 0).mean(1)",
+        },
+        KEPT,
+    )
+    assert all(s.startswith("blocked: ") for s in said["routes"].values()), said["routes"]
+    assert all(s == "computed" for s in said["kept"].values()), said["kept"]
+
+
 FAMILIES = {f.names[0]: f for e in EXERCISES.values() for f in e.forbidden.families}
 
 
@@ -380,7 +396,7 @@ def test_every_entry_of_the_table_names_something_this_torch_has(family):
     for operator in FAMILIES[family].operators:
         namespace, name = operator.split("::")
         assert hasattr(getattr(torch.ops, namespace), name), operator
-    for path in FAMILIES[family].python:
+    for path in FAMILIES[family].implementations:
         module, _, qualified = path.partition(":")
         found = importlib.import_module(module)
         for attribute in qualified.split("."):

@@ -258,6 +258,8 @@ CHEATS = {
         "def masked_mean_pool(h, mask):\n"
         "    from grader.reference import masking as nu\n"
         "    return getattr(nu, 'masked_' + 'mean')(h, mask, dim=1)",
+        "def masked_mean_pool(h, mask):\n"
+        "    return torch.masked.mean(h, 1, mask=mask[..., None].expand_as(h))",
     ],
 }
 
