@@ -114,6 +114,9 @@ ROUTES = {
             "y = torch.ops.aten.native_layer_norm.default(x, [D], None, None, 1e-5)[0]"
         ),
         "nn.LayerNorm": "y = nn.LayerNorm(D, elementwise_affine=False)(x)",
+        "BatchNorm's running update, SyncBatchNorm's piece": (
+            "y = torch.batch_norm_update_stats(x, torch.zeros(3), torch.ones(3), 0.1)[0]"
+        ),
         "inference mode": "with torch.inference_mode():\n    y = F.layer_norm(x.clone(), (D,))",
         "below autograd": (
             "with torch._C._AutoDispatchBelowAutograd():\n"

@@ -122,8 +122,27 @@ def test_no_grad_alone_changes_the_buffers_that_predict_must_leave_alone():
     np.testing.assert_array_equal(right["running_mean"], inputs["running_mean"])
 
 
+# Its own normalization, with the running update left to SyncBatchNorm's piece (it earned 10 / 10).
+_UPDATE_STATS = (
+    "def batch_norm(x, rm, rv, w=None, b=None, training=False, momentum=0.1, eps=1e-5):\n"
+    "    dims = (0, *range(2, x.dim()))\n"
+    "    if training or rm is None:\n"
+    "        if x.numel() // x.shape[1] <= 1:\n"
+    '            raise ValueError("Expected more than 1 value per channel when training")\n'
+    "        mean, var = x.mean(dims), x.var(dims, correction=0)\n"
+    "        if training and rm is not None:\n"
+    "            torch.batch_norm_update_stats(x, rm, rv, momentum)\n"
+    "    else:\n"
+    "        mean, var = rm, rv\n"
+    "    shape = (1, -1, *[1] * (x.dim() - 2))\n"
+    "    y = (x - mean.view(shape)) / (var.view(shape) + eps).sqrt()\n"
+    "    y = y if w is None else y * w.view(shape)\n"
+    "    return y if b is None else y + b.view(shape)\n"
+)
+
 CHEATS = {
     "batch_norm": [
+        _UPDATE_STATS,
         "def batch_norm(x, rm, rv, w=None, b=None, training=False, momentum=0.1, eps=1e-5):\n"
         "    return F.batch_norm(x, rm, rv, w, b, training, momentum, eps)",
         "def batch_norm(x, rm, rv, w=None, b=None, training=False, momentum=0.1, eps=1e-5):\n"

@@ -123,6 +123,15 @@ BATCH_NORM = Family(
         "aten::_batch_norm_with_update",
         "aten::_batch_norm_with_update_functional",
         "aten::_batch_norm_no_update",
+        # SyncBatchNorm's pieces: the batch statistics, the running update (it has a CPU
+        # kernel), the normalization and their backward
+        "aten::batch_norm_stats",
+        "aten::batch_norm_update_stats",
+        "aten::batch_norm_elemt",
+        "aten::batch_norm_gather_stats",
+        "aten::batch_norm_gather_stats_with_counts",
+        "aten::batch_norm_backward_reduce",
+        "aten::batch_norm_backward_elemt",
         "aten::native_batch_norm_backward",
         "aten::batch_norm_backward",
         "aten::_batch_norm_impl_index_backward",
