@@ -259,7 +259,7 @@ AUTOGRAD_ROUTES = {
     "    return _padded(torch.autograd.grad(y, leaves, g))",
     "torch.autograd.grad by a name the source scan cannot read": "    leaves = _leaves(x, args)\n"
     "    y = _forward(*leaves[:1], args, eps, *leaves[1:])\n"
-    "    return _padded(grad(y, leaves, g))  # from torch.autograd import *",
+    "    return _padded(grad(y, leaves, g))",
     "torch.func.vjp": "    leaves = _leaves(x, args)\n"
     "    _, pullback = torch.func.vjp(lambda *v: _forward(*v[:1], args, eps, *v[1:]), *leaves)\n"
     "    return _padded(pullback(g))",
@@ -269,8 +269,14 @@ AUTOGRAD_ROUTES = {
 }
 
 
+# What a route imports at the top of the answer cell.
+_IMPORTS = {
+    "torch.autograd.grad by a name the source scan cannot read": "from torch.autograd import *\n"
+}
+
+
 def _autograd_answer(name: str, route: str) -> str:
-    header = "from torch.autograd import *\n" if "import *" in AUTOGRAD_ROUTES[route] else ""
+    header = _IMPORTS.get(route, "")
     return f"{header}{_FORWARD}\ndef {name}(g, x, *args, eps=1e-5):\n{AUTOGRAD_ROUTES[route]}\n"
 
 
@@ -291,10 +297,12 @@ def test_a_backward_exercise_answered_by_autograd_earns_nothing(name, route):
 _OWN_DIFFERENCES = "from __future__ import annotations\n" + inspect.getsource(
     numerical_grad
 ).replace("def numerical_grad(", "def _differences(")
+# how the differences reach the answer -> (their source, what the feedback says)
 DIFFERENCES = {
-    "copied into the answer": _OWN_DIFFERENCES,
+    "copied into the answer": (_OWN_DIFFERENCES, "as finite differences"),
     "the course's numerical_grad": (
-        "from norm_utils.gradients import numerical_grad as _differences\n"
+        "from norm_utils.gradients import numerical_grad as _differences\n",
+        "earns no points",
     ),
 }
 
@@ -315,10 +323,10 @@ def _differences_answer(name: str, differences: str) -> str:
 @pytest.mark.parametrize("name", ["layer_norm_backward", "batch_norm_backward"])
 @pytest.mark.parametrize("differences", sorted(DIFFERENCES))
 def test_a_gradient_by_finite_differences_earns_nothing_and_is_told_why(name, differences):
-    source = _differences_answer(name, DIFFERENCES[differences])
+    differentiating, told = DIFFERENCES[differences]
+    source = _differences_answer(name, differentiating)
     verdict = run(EXERCISES[name], answer_from(source, name), hidden=True, seed=0, source=source)
     assert verdict.score == 0
-    told = "earns no points" if "course's" in differences else "as finite differences"
     assert told in verdict.render(), verdict.render()
 
 
