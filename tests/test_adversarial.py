@@ -316,6 +316,32 @@ def attacks(port: int, course: Path, submissions: Path) -> dict[str, tuple[str, 
             "not plain arrays",
             0,
         ),
+        # Results of the runner's shape but not its content: each costs only its own exercise.
+        "deeply_nested_result": (
+            ON_ITS_PIPE + "_meta = b'[' * 200000 + b']' * 200000\n"
+            "_send(len(_meta).to_bytes(8, 'big') + _meta)\n"
+            "os._exit(0)\n" + honest,
+            "not JSON",
+            0,
+        ),
+        "text_array_result": (
+            ON_ITS_PIPE + "_arrays = io.BytesIO()\n"
+            "np.savez(_arrays, **{'0/y': np.array(['1.0'])})\n"
+            '_meta = b\'{"errors": {}, "calls": []}\'\n'
+            "_send(len(_meta).to_bytes(8, 'big') + _meta + _arrays.getvalue())\n"
+            "os._exit(0)\n" + honest,
+            "only numbers are outputs",
+            0,
+        ),
+        "mistyped_result_fields": (
+            ON_ITS_PIPE + "_arrays = io.BytesIO()\n"
+            "np.savez(_arrays)\n"
+            '_meta = b\'{"errors": {"0": 5}, "calls": 3}\'\n'
+            "_send(len(_meta).to_bytes(8, 'big') + _meta + _arrays.getvalue())\n"
+            "os._exit(0)\n" + honest,
+            "not kinds and messages",
+            0,
+        ),
         "import_the_grader": (
             "import grader.checks.core as core\n\ncore.judge = None\n" + honest,
             "hides what it calls",
