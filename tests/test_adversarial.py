@@ -342,6 +342,9 @@ def attacks(port: int, course: Path, submissions: Path) -> dict[str, tuple[str, 
             "not kinds and messages",
             0,
         ),
+        # Sized and shaped by the student, refused as the student's before any grader path.
+        "oversized_answer": (honest + "\n# " + "x" * (2 << 20) + "\n", "over 48 KB", 0),
+        "unparseable_depth": ("x = " + "-" * 40_000 + "1\n" + honest, "MemoryError", 0),
         "import_the_grader": (
             "import grader.checks.core as core\n\ncore.judge = None\n" + honest,
             "hides what it calls",
