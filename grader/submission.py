@@ -277,7 +277,8 @@ def grade_submissions(
             elif len(json.dumps(answer)) > MAX_ANSWER_CHARACTERS:
                 size = f"{len(answer.encode(errors='replace')) // 1024} KB"
                 limit = f"{MAX_ANSWER_CHARACTERS // 1024} KB"
-                reason = StudentError("too_large", f"Not graded: `{name}`'s code is {size}, over {limit}.")
+                too_large = f"Not graded: `{name}`'s code is {size}, over {limit}."
+                reason = StudentError("too_large", too_large)
             else:
                 specs.append(_spec(EXERCISES[name], runner_setup(submission.setup), answer, plans))
                 continue
