@@ -55,7 +55,7 @@ from grader.course import (
     write_atomically,
 )
 from grader.discovery import student_folders
-from grader.notebook import Submission, read_notebook
+from grader.notebook import Submission, make_inert, read_notebook
 from grader.notebook import fingerprint as notebook_fingerprint
 from grader.prestarted import prestarted
 from grader.sandbox import Sandbox, SandboxUnavailable
@@ -249,7 +249,7 @@ def _stage(course: Course, task: Task, submission: Submission) -> None:
     notebook = submission.recorded
     if notebook is None:
         notebook = read_notebook(course.released_notebook(task.assignment))
-    nbformat.write(notebook, target)
+    nbformat.write(make_inert(notebook), target)
     for name in EXCHANGE_FILES:
         kept = _exchange_file(task, name)
         if kept is not None:

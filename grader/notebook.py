@@ -7,10 +7,13 @@ cells graded). The cell conventions are grader.course's.
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
+import bleach
 import nbformat
 from nbgrader.utils import is_solution
 
@@ -208,3 +211,46 @@ def _visible_part(source: str) -> str:
         elif not hidden:
             kept.append(line)
     return "\n".join(kept).strip()
+
+
+# --- what the instructor's pages show of a submission: formatting, never live markup
+
+# Markdown's HTML that formats and cannot run: no script, style, iframe, form or event handler.
+SAFE_TAGS = frozenset(
+    "a abbr b blockquote br code del div em h1 h2 h3 h4 h5 h6 hr i img kbd li ol p pre s span "
+    "strong sub sup table tbody td th thead tr u ul".split()
+)
+SAFE_ATTRIBUTES = {"a": ["href", "title"], "img": ["src", "alt", "title"], "*": ["align"]}
+SAFE_PROTOCOLS = frozenset({"http", "https", "mailto", "attachment"})
+SAFE_OUTPUTS = frozenset({"text/plain", "image/png", "image/jpeg"})  # no HTML, SVG, JavaScript
+
+
+# Code and math, which every renderer shows as text (escaped): left as written.
+LITERAL = re.compile(r"(```.*?```|~~~.*?~~~|`[^`\n]*`|\$\$.*?\$\$|\$[^$\n]*\$)", re.DOTALL)
+
+
+def _inert_markdown(source: str) -> str:
+    parts = LITERAL.split(source)  # text, literal, text, literal, ..., text
+    for i in range(0, len(parts), 2):
+        cleaned = bleach.clean(
+            parts[i], tags=SAFE_TAGS, attributes=SAFE_ATTRIBUTES, protocols=SAFE_PROTOCOLS
+        )
+        # neither ">" nor "&" opens a tag: kept as written (markdown quotes need the first)
+        parts[i] = cleaned.replace("&gt;", ">").replace("&amp;", "&")
+    return "".join(parts)
+
+
+def make_inert(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """`notebook` with nothing a student wrote live in a page that renders it (formgrader's, the
+    feedback): markdown and raw cells keep only formatting HTML (the rest shown as text), outputs
+    only text and bitmaps, attachments only bitmaps."""
+    notebook = copy.deepcopy(notebook)
+    for cell in notebook.cells:
+        if cell.cell_type in ("markdown", "raw"):
+            cell.source = _inert_markdown(cell.source)
+            for name, bundle in list(cell.get("attachments", {}).items()):
+                cell.attachments[name] = {k: v for k, v in bundle.items() if k in SAFE_OUTPUTS}
+        for output in cell.get("outputs", []):
+            if "data" in output:
+                output.data = {k: v for k, v in output.data.items() if k in SAFE_OUTPUTS}
+    return notebook

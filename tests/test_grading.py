@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 from concurrent.futures import ThreadPoolExecutor
+from html.parser import HTMLParser
 
 import nbformat
 import pytest
@@ -14,7 +15,7 @@ from grader.config import SOLUTIONS, assignments, fresh_seed
 from grader.course import Course, Results, grade_id, notebook_path
 from grader.demo import PROFILES, expected_scores, write_class
 from grader.lms import points_header
-from grader.notebook import Submission, answer_source, exercises_of, source_notebook
+from grader.notebook import Submission, answer_source, exercises_of, make_inert, source_notebook
 from grader.report import leaks_hidden_tests, max_scores, scores, write_csv, write_feedback
 from grader.sandbox import Sandbox, available
 from grader.submission import Limits, grade_submissions
@@ -171,3 +172,55 @@ def test_a_notebook_whose_text_cannot_be_staged_is_the_students_problem(tmp_path
     path.write_text(text.replace('"source": [', '"source": ["# \\ud800\\n", ', 1), "utf-8")
     problem = Submission.read(path, assignment).problem
     assert problem == f"{path.name} is not a readable notebook (UnicodeEncodeError)"
+
+
+LIVE = (
+    "<script>alert(1)</script> <img src=x onerror=alert(2)> <a href='javascript:alert(3)'>a</a>"
+    " <iframe src=//x></iframe> <svg onload=alert(4)></svg> <b onclick=alert(5)>bold</b>"
+)
+LIVE_TAGS = {"script", "iframe", "svg", "object", "embed", "style"}
+
+
+class _Live(HTMLParser):
+    """Tags a browser would run or load, and attributes it would execute, in a page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        self.found += [tag] if tag in LIVE_TAGS else []
+        self.found += [f"{tag} {k}" for k, v in attrs if k.startswith("on")]
+        self.found += [f"{tag} {k}" for k, v in attrs if "javascript:" in (v or "")]
+
+
+def _hostile_notebook() -> nbformat.NotebookNode:
+    notebook = nbformat.read(notebook_path(SOLUTIONS, assignments()[0]), 4)
+    code = nbformat.v4.new_code_cell("1")
+    code.outputs = [
+        nbformat.v4.new_output(
+            "display_data",
+            {"text/html": LIVE, "image/svg+xml": "<svg onload=alert(6)/>", "text/plain": "1"},
+        )
+    ]
+    markdown = nbformat.v4.new_markdown_cell(f"**mine** {LIVE} `a < b` $x<y$")
+    markdown.attachments = {"a.svg": {"image/svg+xml": "<svg onload=alert(7)/>"}}
+    notebook.cells += [markdown, nbformat.v4.new_raw_cell(LIVE), code]
+    return notebook
+
+
+def test_nothing_a_student_wrote_is_live_in_a_page_that_renders_the_staged_notebook():
+    from nbconvert import HTMLExporter
+
+    page, _ = HTMLExporter().from_notebook_node(make_inert(_hostile_notebook()))
+    hostile_cells = page[page.index("mine") :]
+    live = _Live()
+    live.feed(hostile_cells)
+    assert live.found == []
+    assert "<b>bold</b>" in hostile_cells and "a &lt; b" in hostile_cells  # formatting, code
+
+
+def test_the_courses_own_notebooks_are_unchanged_by_making_them_inert():
+    for assignment in assignments():
+        notebook = nbformat.read(notebook_path(SOLUTIONS, assignment), 4)
+        assert make_inert(notebook) == notebook
