@@ -25,11 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import markdown_table, options, print_header, progress
 
 from grader.autograde import autograde
-from grader.config import assignments
-from grader.course import Course
-from grader.demo import PROFILES, write_class
-from grader.report import feedback_pages, write_feedback
-from grader.submission import Limits
+from grader.course.config import assignments
+from grader.course.layout import Course
+from grader.grading.grade import Limits
+from grader.publish.feedback import feedback_pages, write_feedback
+from grader.release.demo import PROFILES, write_class
 
 LOOPS_FOREVER = "gus"
 

@@ -56,13 +56,13 @@ from grading_throughput import (
 )
 
 from grader.autograde import prepare
-from grader.config import assignments
-from grader.course import Course, notebook_path
-from grader.demo import PROFILES, write_class
-from grader.notebook import Submission
-from grader.prestarted import prestarted
-from grader.sandbox import Sandbox
-from grader.submission import grade_submissions
+from grader.course.config import assignments
+from grader.course.intake import Submission
+from grader.course.layout import Course, notebook_path
+from grader.grading.grade import grade_submissions
+from grader.grading.prestarted import prestarted
+from grader.grading.sandbox import Sandbox
+from grader.release.demo import PROFILES, write_class
 
 OVERHEAD_TARGET_S = 0.3
 RATIO_TARGET = 15

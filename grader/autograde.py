@@ -6,7 +6,7 @@ Two phases per submission, pipelined:
 2. record (in the main thread only, the gradebook's single writer): nbgrader's `autograde` with
    `InjectResults` in place of `Execute`, then a `.graded` stamp holding the submission's hash;
    the whole batch through one gradebook session (`one_gradebook_session`).
-Each worker's runners are forked from a pre-started one (grader.prestarted), graded as root.
+Each worker's runners are forked from a pre-started one (grader.grading.prestarted), graded as root.
 A re-run skips every submission whose stamp matches its current hash, so an interrupted batch
 loses no finished grade and re-grading an unchanged class changes nothing.
 
@@ -37,8 +37,8 @@ import nbformat
 from nbgrader.api import Gradebook
 from nbgrader.apps import NbGraderAPI
 
-import grader.sandbox  # Sandbox is looked up when grading: a test can make it unavailable
-from grader.config import (
+import grader.grading.sandbox  # Sandbox is looked up when grading: a test can make it unavailable
+from grader.course.config import (
     EXERCISE_SECONDS,
     SANDBOX_PROCESSES,
     SOLUTIONS,
@@ -46,7 +46,10 @@ from grader.config import (
     fresh_seed,
     use_this_environment,
 )
-from grader.course import (
+from grader.course.discovery import student_folders
+from grader.course.intake import Submission, read_notebook
+from grader.course.intake import fingerprint as notebook_fingerprint
+from grader.course.layout import (
     Course,
     Refused,
     Results,
@@ -54,19 +57,16 @@ from grader.course import (
     notebook_path,
     write_atomically,
 )
-from grader.discovery import student_folders
-from grader.notebook import Submission, read_notebook
-from grader.notebook import fingerprint as notebook_fingerprint
-from grader.prestarted import prestarted
-from grader.sandbox import Sandbox, SandboxUnavailable
-from grader.submission import (
+from grader.course.untrusted import read_below
+from grader.grading.grade import (
     DEFAULT_LIMITS,
     RUNNERS,
     GraderFault,
     Limits,
     grade_submissions,
 )
-from grader.untrusted import read_below
+from grader.grading.prestarted import prestarted
+from grader.grading.sandbox import Sandbox, SandboxUnavailable
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 EXCHANGE_FILES = ("timestamp.txt", "submission_secret.txt")
@@ -208,7 +208,7 @@ def sandboxed(
     """The sandbox (hiding the answer key `source`) and limits student code is graded with;
     raises SandboxUnavailable."""
     limits = Limits(wall_seconds=wall_seconds, processes=SANDBOX_PROCESSES)
-    return grader.sandbox.Sandbox(source), limits
+    return grader.grading.sandbox.Sandbox(source), limits
 
 
 def grade_submission(root: Path, student: str, assignment: str, submission: Path) -> None:

@@ -28,11 +28,11 @@ from test_sandbox import ORDINARY_USER, venv_of_an_ordinary_user
 
 from grader.autograde import autograde
 from grader.checks import EXERCISES
-from grader.config import REPO, SOLUTIONS
-from grader.course import Course, Results, answer_cell, notebook_path
-from grader.notebook import answer_source, exercises_of, source_notebook
-from grader.sandbox import Sandbox, available
-from grader.submission import Limits, grade_notebook
+from grader.course.config import REPO, SOLUTIONS
+from grader.course.intake import answer_source, exercises_of, source_notebook
+from grader.course.layout import Course, Results, answer_cell, notebook_path
+from grader.grading.grade import Limits, grade_notebook
+from grader.grading.sandbox import Sandbox, available
 
 pytestmark = pytest.mark.skipif(not available(), reason="bubblewrap is not installed")
 
@@ -581,7 +581,7 @@ AS_A_USER = """
 import json, subprocess, sys, tempfile
 from pathlib import Path
 
-from grader.sandbox import Sandbox
+from grader.grading.sandbox import Sandbox
 
 left_behind, other_job = json.loads(sys.stdin.read())
 first, second = Sandbox(), Sandbox()

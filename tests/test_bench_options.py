@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.config import REPO
+from grader.course.config import REPO
 
 BENCH = REPO / "bench"
 

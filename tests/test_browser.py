@@ -55,11 +55,11 @@ from browser_harness import (
 from grader.autograde import autograde
 from grader.checks import EXERCISES
 from grader.cli import main
-from grader.config import REPO, SOLUTIONS, assignments
-from grader.course import Course, grade_id_of_tests, notebook_path
-from grader.demo import PROFILES, write_class
-from grader.notebook import answer_source, exercises_of, source_notebook
-from grader.sandbox import available
+from grader.course.config import REPO, SOLUTIONS, assignments
+from grader.course.intake import answer_source, exercises_of, source_notebook
+from grader.course.layout import Course, grade_id_of_tests, notebook_path
+from grader.grading.sandbox import available
+from grader.release.demo import PROFILES, write_class
 
 pytestmark = BROWSER_TESTS
 ASSIGNMENTS = assignments()

@@ -36,9 +36,9 @@ from grader.checks.core import (
     plan,
 )
 from grader.checks.library import AUTOGRAD, forbid
-from grader.config import assignments
-from grader.notebook import answer_source, exercises_of, source_notebook
-from grader.sandboxed.probe import call, trailing_dims
+from grader.course.config import assignments
+from grader.course.intake import answer_source, exercises_of, source_notebook
+from grader.grading.sandboxed.probe import call, trailing_dims
 from norm_utils.gradients import numerical_grad
 
 CASES = [(e, m) for e in EXERCISES.values() for m in e.mistakes]

@@ -28,9 +28,13 @@ from nbgrader.utils import is_solution
 
 from grader.autograde import GradebookLost, autograde, prepare
 from grader.cli import main as cli
-from grader.config import REPO, SOLUTIONS, assignments
-from grader.course import Course, CourseBusy, notebook_path
-from grader.demo import (
+from grader.course.config import REPO, SOLUTIONS, assignments
+from grader.course.intake import Submission
+from grader.course.layout import Course, CourseBusy, notebook_path
+from grader.grading.grade import Limits, grade_submissions
+from grader.grading.prestarted import prestarted
+from grader.grading.sandbox import RUNNER_ROOT, Sandbox, available
+from grader.release.demo import (
     PROFILES,
     Profile,
     _all_but_first,
@@ -39,10 +43,6 @@ from grader.demo import (
     expected_scores,
     write_class,
 )
-from grader.notebook import Submission
-from grader.prestarted import prestarted
-from grader.sandbox import RUNNER_ROOT, Sandbox, available
-from grader.submission import Limits, grade_submissions
 
 pytestmark = pytest.mark.skipif(not available(), reason="bubblewrap is not installed")
 

@@ -9,10 +9,10 @@ import pytest
 
 from grader.autograde import Task, prepare, record
 from grader.checks import EXERCISES, run
-from grader.config import assignments
-from grader.course import Course, ExerciseResult, Results
-from grader.notebook import Submission, exercises_of, source_notebook
-from grader.report import leaks_hidden_tests, write_feedback
+from grader.course.config import assignments
+from grader.course.intake import Submission, exercises_of, source_notebook
+from grader.course.layout import Course, ExerciseResult, Results
+from grader.publish.feedback import leaks_hidden_tests, write_feedback
 
 MISTAKES = [
     (a, e, k, m)

@@ -10,14 +10,20 @@ import pytest
 
 from grader.autograde import autograde
 from grader.checks import EXERCISES
-from grader.config import assignments, fresh_seed
-from grader.course import Course, Results, grade_id, notebook_path
-from grader.demo import PROFILES, expected_scores, write_class
-from grader.lms import points_header
-from grader.notebook import Submission, answer_source, exercises_of, source_notebook
-from grader.report import leaks_hidden_tests, max_scores, scores, write_csv, write_feedback
-from grader.sandbox import Sandbox, available
-from grader.submission import Limits, grade_submissions
+from grader.course.config import assignments, fresh_seed
+from grader.course.intake import Submission, answer_source, exercises_of, source_notebook
+from grader.course.layout import Course, Results, grade_id, notebook_path
+from grader.gradebook.lms import points_header
+from grader.grading.grade import Limits, grade_submissions
+from grader.grading.sandbox import Sandbox, available
+from grader.publish.feedback import (
+    leaks_hidden_tests,
+    max_scores,
+    scores,
+    write_csv,
+    write_feedback,
+)
+from grader.release.demo import PROFILES, expected_scores, write_class
 
 LIMITS = Limits(wall_seconds=10)  # the looping student costs this much per notebook
 

@@ -26,9 +26,9 @@ from nbgrader.preprocessors import ClearHiddenTests
 from traitlets.config import Config
 
 from grader.autograde import EXCHANGE_FILES
-from grader.config import assignments
-from grader.course import Course, cell_grades, grade_id, nbgrader_metadata
-from grader.lms import LmsCsvExport
+from grader.course.config import assignments
+from grader.course.layout import Course, cell_grades, grade_id, nbgrader_metadata
+from grader.gradebook.lms import LmsCsvExport
 
 HIDDEN_REGION = re.compile(r"BEGIN HIDDEN TESTS|END HIDDEN TESTS|grade\(")
 
@@ -54,8 +54,8 @@ def max_scores(course: Course) -> dict[str, float]:
 
 
 def write_csv(course: Course, path: Path, students: list[str] = ()) -> Path:
-    """The gradebook as an LMS imports it (`grader.lms.LmsCsvExport`): every student of the
-    roster, or only `students`."""
+    """The gradebook as an LMS imports it (`grader.gradebook.lms.LmsCsvExport`): every student of
+    the roster, or only `students`."""
     with Gradebook(course.api().coursedir.db_url) as gradebook:
         LmsCsvExport(to=str(path), student=list(students)).export(gradebook)
     return path

@@ -2,7 +2,7 @@
 
 A submission is read once (`Submission.read`) into what grading needs (each exercise's answer)
 and what nbgrader records (the same notebook, its stripped nbgrader tags restored on the very
-cells graded). The cell conventions are grader.course's.
+cells graded). The cell conventions are grader.course.layout's.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import nbformat
 from nbgrader.utils import is_solution
 
 from grader.checks import EXERCISES
-from grader.config import SOLUTIONS
-from grader.course import (
+from grader.course.config import SOLUTIONS
+from grader.course.layout import (
     SETUP_ID,
     answer_cell,
     grade_id,
@@ -24,7 +24,7 @@ from grader.course import (
     notebook_path,
     set_nbgrader_metadata,
 )
-from grader.untrusted import read_below
+from grader.course.untrusted import read_below
 
 MAX_NOTEBOOK_BYTES = 20 << 20  # a course notebook with its plots is well under 1 MB
 

@@ -18,7 +18,7 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Unicode
 
-from grader.course import (
+from grader.course.layout import (
     Results,
     exercise_of_test,
     grade_id,

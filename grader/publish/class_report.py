@@ -20,8 +20,8 @@ from matplotlib.figure import Figure  # no pyplot: no display backend, no global
 from nbgrader.api import Gradebook, MissingEntry
 
 from grader.autograde import UNJUDGED
-from grader.config import assignments
-from grader.course import Course, ExerciseResult, Results
+from grader.course.config import assignments
+from grader.course.layout import Course, ExerciseResult, Results
 
 TOP_MISTAKES = 5
 

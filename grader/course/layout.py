@@ -45,7 +45,7 @@ from nbgrader.preprocessors import (
 from nbgrader.utils import is_grade, is_solution
 from traitlets.config import Config
 
-from grader.config import SOLUTIONS, assignments, course_config
+from grader.course.config import SOLUTIONS, assignments, course_config
 
 SETUP_ID = "imports"
 TEST_SUFFIX = "_tests"
@@ -370,7 +370,7 @@ class Course:
         """nbgrader's settings for this course, as every nbgrader command run in it reads them
         (`grader init` writes an nbgrader_config.py that loads them): nbgrader's folders, one
         gradebook, and `autograde` grading through the course's sandboxed checks."""
-        from grader.nbgrader_steps import InjectResults  # it reads Results: import late
+        from grader.gradebook.preprocessor import InjectResults  # it reads Results: import late
 
         config = course_config(root=self.root, source=self.source, release=self.release)
         config.InjectResults.results_dir = str(self.results)

@@ -9,8 +9,8 @@ release_feedback, export, formgrader in JupyterLab started here) and for `grader
 
 from pathlib import Path
 
-from grader.config import use_this_environment
-from grader.course import Course, Layout
+from grader.course.config import use_this_environment
+from grader.course.layout import Course, Layout
 
 use_this_environment()  # nbgrader runs `alembic` by name: this environment's, unactivated
 course = Path(__file__).resolve().parent

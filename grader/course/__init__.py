@@ -1,0 +1,1 @@
+"""The course model every package reads: cells, folders, typed results, submissions read."""
