@@ -56,9 +56,10 @@ import nbformat
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import load_1min, markdown_table, median_and_spread, options, print_header, progress
 
-from grader.autograde import autograde, prepare
+from grader.autograde import autograde, register_all
 from grader.checks import EXERCISES
 from grader.checks.core import outputs_of, plan
+from grader.course import Course, grade_id, grade_id_of_tests, notebook_path
 from grader.course.config import CELL_SECONDS, SEED_VARIABLE, assignments, use_this_environment
 from grader.course.intake import (
     Submission,
@@ -67,7 +68,7 @@ from grader.course.intake import (
     setup_code,
     source_notebook,
 )
-from grader.course.layout import Course, grade_id, grade_id_of_tests, notebook_path
+from grader.gradebook.records import cell_scores
 from grader.grading.grade import grade_submissions
 from grader.grading.sandbox import available as sandbox_available
 from grader.grading.sandboxed.probe import load_answer
@@ -198,7 +199,7 @@ preprocessors (Execute first), submissions read from {submissions}."""
 from pathlib import Path
 
 from grader.course.config import course_config
-from grader.course.layout import Layout
+from grader.course import Layout
 
 here = Path(__file__).resolve().parent
 c = get_config()  # noqa: F821
@@ -298,7 +299,7 @@ def _error_reason(message: str) -> str:
 def run_ours(submissions: Path, root: Path, jobs: int, sandboxed: bool) -> Measured:
     """`grader autograde` over the whole class; the gradebook is prepared first (not timed),
     as stock nbgrader's `generate_assignment` is."""
-    prepare(Course(root))
+    register_all(Course(root))
     command = [str(BIN / "grader"), "autograde", str(submissions), "--course", str(root)]
     command += ["--jobs", str(jobs), "--seed", str(SEED), "--timeout", str(TIMEOUT_S)]
     if not sandboxed:
@@ -315,7 +316,7 @@ def recorded_scores(root: Path, students: list[str]) -> dict[tuple[str, str], Sc
     """Per student × notebook of the course at `root`, the autograded score of each test cell;
     None if not recorded."""
     course = Course(root)
-    return {(s, a): course.cell_scores(s, a) for s in students for a in assignments()}
+    return {(s, a): cell_scores(course, s, a) for s in students for a in assignments()}
 
 
 def total(scores: Scores | None) -> str:
@@ -431,7 +432,7 @@ def one_student_seconds(work: Path, student: str) -> tuple[float, float]:
     grade_submissions(read, SEED)
     graded = time.perf_counter() - start
     course = Course(work / "course")
-    prepare(course)  # registering the assignments is not part of grading, as for both systems
+    register_all(course)  # registering the assignments is not part of grading, as for both systems
     start = time.perf_counter()
     autograde(submissions, course, jobs=1, seed=SEED, progress=False)
     return graded, time.perf_counter() - start

@@ -11,8 +11,8 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+from grader.course import Layout
 from grader.course.config import DEMO_EXERCISE_SECONDS, EXERCISE_SECONDS, REPO
-from grader.course.layout import Layout
 
 DEFAULT_COURSE = Path("course")
 
@@ -74,7 +74,7 @@ def _source(args: argparse.Namespace) -> Path:
     """The course source to work from: --source (default: a `grader init` course folder's
     source/, else the checkout's solutions/); refused (UsageError) when it does not hold this
     course's source notebooks."""
-    from grader.course.layout import MissingSource, checked_source
+    from grader.course import MissingSource, checked_source
 
     folder, course = getattr(args, "source", None), getattr(args, "course", None)
     if folder is None and course is not None and Layout.of(course).source.is_dir():
@@ -105,9 +105,10 @@ def _autograde(args: argparse.Namespace) -> int:
     """Exit 0 when every notebook is graded and recorded, 1 when some are not (listed), 2 when
     the run is refused, 128 + N when stopped by signal N."""
     from grader.autograde import Interrupted, autograde, not_handed_in
+    from grader.course import Course, Refused
     from grader.course.discovery import layout_problem
-    from grader.course.layout import Course, Refused
 
+    _refuse_an_older_config(args.course)
     source = _source(args)
     args.submissions = args.submissions or Layout.of(args.course).submitted
     problem = layout_problem(args.submissions, args.course)
@@ -185,9 +186,27 @@ def _listing(title: str, items: list) -> None:
         print(f"  {student:<{widths[0]}}  {names:<{widths[1]}}  {reason}")
 
 
+# What an nbgrader_config.py copied by a grader before grader/ was laid out as the pipeline
+# imports: nbgrader's commands in such a course would fail on it.
+_OLDER_CONFIG = ("from grader.config import",)
+
+
+def _refuse_an_older_config(root: Path) -> None:
+    config = root / "nbgrader_config.py"
+    text = config.read_text(errors="replace") if config.is_file() else ""
+    if any(old in text for old in _OLDER_CONFIG):
+        raise UsageError(
+            f"{config} was written by an older grader and names modules that moved: replace it "
+            f"with this grader's ({Path(__file__).parent / 'gradebook' / 'nbgrader_config.py'})"
+        )
+
+
 def _graded_course(root: Path):
     """The course `grader autograde` made at `root`; anything else is refused, creating nothing."""
-    from grader.course.layout import Course, holds_data
+    from grader.course import Course, holds_data
+    from grader.gradebook.records import gradebook_problem
+
+    _refuse_an_older_config(root)
 
     gradebook = root / "gradebook.db"
     if not holds_data(gradebook):
@@ -196,7 +215,7 @@ def _graded_course(root: Path):
             f"run `grader autograde SUBMISSIONS --course {root}` first"
         )
     course = Course(root)
-    problem = course.gradebook_problem()
+    problem = gradebook_problem(course)
     if problem:
         raise UsageError(f"{problem}: restore it, or run `grader autograde --force`")
     return course
@@ -242,7 +261,7 @@ def _report(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     from grader.autograde import autograde
-    from grader.course.layout import Course
+    from grader.course import Course
     from grader.grading.sandbox import available as sandbox_available
     from grader.publish.feedback import format_table, write_csv, write_feedback
     from grader.release.demo import PROFILES, write_class

@@ -24,8 +24,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from grader.course import grade_id
 from grader.course.config import REPO
-from grader.course.layout import grade_id
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Debian's Chromium, not Playwright's own download (which cannot work offline); as root it needs

@@ -54,9 +54,7 @@ from nbgrader.utils import is_grade
 
 from grader.checks import EXERCISES
 from grader.cli import main
-from grader.course.config import assignments
-from grader.course.intake import exercises_of, source_notebook
-from grader.course.layout import (
+from grader.course import (
     answer_cell,
     fetched_feedback,
     grade_id,
@@ -64,6 +62,8 @@ from grader.course.layout import (
     nbgrader_metadata,
     notebook_path,
 )
+from grader.course.config import assignments
+from grader.course.intake import exercises_of, source_notebook
 from grader.gradebook.lms import points_header
 from grader.release.demo import PROFILES
 

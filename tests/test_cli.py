@@ -16,9 +16,9 @@ from nbgrader.api import Gradebook
 
 from grader.autograde import discover, refused
 from grader.cli import DEFAULT_COURSE, build_parser, main
+from grader.course import Course, notebook_path
 from grader.course.config import DEMO_EXERCISE_SECONDS, RELEASE, REPO, assignments
 from grader.course.intake import exercises_of, source_notebook
-from grader.course.layout import Course, notebook_path
 from grader.grading.grade import DEFAULT_LIMITS
 from grader.release.demo import PROFILES, expected_scores, write_class
 

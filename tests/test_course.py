@@ -21,9 +21,10 @@ from grader.autograde import autograde as grade_class
 from grader.checks import EXERCISES
 from grader.checks.core import Verdict
 from grader.cli import main
+from grader.course import Course, Layout, Results, fetched_feedback, notebook_path
 from grader.course.config import assignments
-from grader.course.layout import Course, Layout, Results, fetched_feedback, notebook_path
 from grader.gradebook.lms import points_header
+from grader.gradebook.records import cell_scores
 from grader.grading.sandbox import available
 from grader.publish.class_report import write_reports
 from grader.publish.feedback import write_feedback
@@ -238,9 +239,9 @@ def test_nbgraders_autograde_grades_the_notebook_handed_in_now(cycle):
     """The same per-cell scores as `grader autograde`; a worse notebook, a worse score; a new
     student graded, not a missing result."""
     _, exchange, course, *_ = cycle
-    recorded = Course(course).cell_scores("ada", FIRST)
+    recorded = cell_scores(Course(course), "ada", FIRST)
     nbgrader("autograde", FIRST, "--student=ada", "--force", cwd=course, exchange=exchange)
-    assert Course(course).cell_scores("ada", FIRST) == recorded
+    assert cell_scores(Course(course), "ada", FIRST) == recorded
     worse = notebook_path(Layout.of(course).submitted / "ada", FIRST)
     nbformat.write(PROFILES["ivy"].build(FIRST), worse)  # a classic mistake: fewer points
     nbgrader("autograde", FIRST, "--student=ada", "--force", cwd=course, exchange=exchange)
@@ -249,7 +250,7 @@ def test_nbgraders_autograde_grades_the_notebook_handed_in_now(cycle):
     new.parent.mkdir(parents=True)
     nbformat.write(PROFILES["ada"].build(FIRST), new)
     nbgrader("autograde", FIRST, "--student=cat", cwd=course, exchange=exchange)
-    assert Course(course).cell_scores("cat", FIRST) == recorded
+    assert cell_scores(Course(course), "cat", FIRST) == recorded
 
 
 def test_the_class_report_counts_the_diagnoses_recorded_not_the_feedbacks_wording(

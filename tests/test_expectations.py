@@ -8,9 +8,9 @@ import pytest
 
 import grader.checks
 from grader.checks import EXERCISES, core, prepared
+from grader.course import notebook_path
 from grader.course.config import SOLUTIONS, assignments
 from grader.course.intake import Submission, exercises_of, source_notebook
-from grader.course.layout import notebook_path
 from grader.grading.grade import grade_submissions
 
 ASSIGNMENT = assignments()[0]

@@ -10,10 +10,11 @@ import pytest
 
 from grader.autograde import autograde
 from grader.checks import EXERCISES
+from grader.course import Course, Results, grade_id, notebook_path
 from grader.course.config import assignments, fresh_seed
 from grader.course.intake import Submission, answer_source, exercises_of, source_notebook
-from grader.course.layout import Course, Results, grade_id, notebook_path
 from grader.gradebook.lms import points_header
+from grader.gradebook.records import cell_scores
 from grader.grading.grade import Limits, grade_submissions
 from grader.grading.sandbox import Sandbox, available
 from grader.publish.feedback import (
@@ -51,7 +52,7 @@ def feedback_text(course: Course, student: str, assignment: str) -> str:
 def test_each_sample_student_gets_exactly_its_expected_per_cell_score(graded, student, assignment):
     _, course, _ = graded
     expected = expected_scores()[(student, assignment)]
-    assert course.cell_scores(student, assignment) == expected, PROFILES[student].description
+    assert cell_scores(course, student, assignment) == expected, PROFILES[student].description
 
 
 def test_no_submission_failed_to_record(graded):

@@ -25,9 +25,9 @@ import pytest
 import grader.reference
 import norm_utils
 from grader.checks import EXERCISES, run
+from grader.course import notebook_path
 from grader.course.config import RELEASE, assignments
 from grader.course.intake import answer_source, setup_code, source_notebook
-from grader.course.layout import notebook_path
 from grader.grading.grade import grade_notebook
 from grader.grading.sandboxed.probe import load_answer
 from normcheck import check, visible

@@ -24,8 +24,8 @@ import nbformat
 import pytest
 
 from grader.cli import build_parser
+from grader.course import Layout, fetched_feedback, notebook_path
 from grader.course.config import REPO, assignments
-from grader.course.layout import Layout, fetched_feedback, notebook_path
 from grader.grading.sandbox import available
 from grader.release.demo import PROFILES, expected_scores, write_class
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from grader.checks import EXERCISES
+from grader.course import grade_id, grade_id_of_tests, nbgrader_metadata, notebook_path
 from grader.course.config import REPO, SOLUTIONS, assignments
 from grader.course.intake import exercises_of, source_notebook
-from grader.course.layout import grade_id, grade_id_of_tests, nbgrader_metadata, notebook_path
 from grader.release.notebooks import stale_files
 from normcheck import expected
 from normcheck.expected import DATA

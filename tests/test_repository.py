@@ -1,6 +1,6 @@
 """The repository stands alone and keeps each convention in one home: what it cites is in the
 repository or public; nbgrader's cell metadata, the course's folders and the test-cell predicate
-are grader.course.layout's alone, time limits and seeds grader.course.config's; every test asserts
+are grader.course's alone, time limits and seeds grader.course.config's; every test asserts
 something, and every function of the grader has a caller."""
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ RULES = [
         home=HOME,
     ),
     Rule(
-        "builds a course folder's or an assignment's path by hand (use grader.course.layout's "
+        "builds a course folder's or an assignment's path by hand (use grader.course's "
         "Layout, Course or notebook_path)",
         re.compile(
             r"/\s*[\"'](?:source|release|submitted|autograded|feedback|staged|results)[\"']"
@@ -77,7 +77,7 @@ RULES = [
         home=HOME,
     ),
     Rule(
-        "defines its own test-cell predicate or test-cell names (use grader.course.layout's "
+        "defines its own test-cell predicate or test-cell names (use grader.course's "
         "is_test_cell, grade_id_of_tests, exercise_of_test)",
         re.compile(
             r"def\s+(?!test_)\w*test_cells?\b"
@@ -89,7 +89,7 @@ RULES = [
             'grade_id(cell).removesuffix("_tests")',
         ),
         keeps=(
-            "from grader.course.layout import is_test_cell",
+            "from grader.course import is_test_cell",
             "def test_cells_are_locked():",
             'box = f"input.score#{grade_id_of_tests(name)}"',
         ),

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from grader.course import notebook_path
 from grader.course.config import SOLUTIONS
-from grader.course.layout import notebook_path
 from grader.grading.grade import grade_notebook
 from grader.grading.sandbox import RUNNER_MODULE, SANDBOXED
 from grader.grading.sandboxed import record

@@ -21,9 +21,9 @@ import nbformat
 import pytest
 
 import grader.grading.sandbox
+from grader.course import ExerciseResult, answer_cell, notebook_path
 from grader.course.config import REPO, SOLUTIONS
 from grader.course.intake import Submission
-from grader.course.layout import ExerciseResult, answer_cell, notebook_path
 from grader.grading.grade import grade_submissions
 from grader.grading.prestarted import prestarted
 from grader.grading.sandbox import (
@@ -42,7 +42,7 @@ as_root = pytest.mark.skipif(os.geteuid() != 0, reason="only root can drop to an
 # One notebook graded in the sandbox, by whatever interpreter runs this.
 GRADE_ONE = """
 from grader.course.config import SOLUTIONS
-from grader.course.layout import notebook_path
+from grader.course import notebook_path
 from grader.grading.sandbox import Sandbox
 from grader.grading.grade import grade_notebook
 

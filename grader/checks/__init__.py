@@ -21,9 +21,9 @@ from typing import Any
 
 from grader.checks.core import Exercise, Prepared, Verdict, judge, prepare
 from grader.course.config import kernel_seed
-from normcheck import CheckFailed, check, run_answer, source_of
+from normcheck import run_answer, source_of
 
-__all__ = ["EXERCISES", "CheckFailed", "check", "grade", "prepared", "rubric", "run", "source_of"]
+__all__ = ["EXERCISES", "grade", "prepared", "rubric", "run"]
 
 
 # The check modules, found rather than listed: every module of this package that exports

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from grader.checks import EXERCISES, prepared
 from grader.checks.core import Exercise, Outputs, StudentError, Verdict, judge
+from grader.course import Diagnosis, ExerciseResult
 from grader.course.config import (
     EXERCISE_CPU_SECONDS,
     EXERCISE_FILE_MB,
@@ -35,7 +36,6 @@ from grader.course.config import (
     SOLUTIONS,
 )
 from grader.course.intake import Submission
-from grader.course.layout import Diagnosis, ExerciseResult
 from grader.grading.prestarted import Prestarted, PrestartFailed
 from grader.grading.sandbox import RUNNER_MODULE, Sandbox, runner_env, runner_setup
 from grader.grading.sandboxed import record
