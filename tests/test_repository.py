@@ -16,7 +16,8 @@ import pytest
 from grader.course.config import REPO
 
 THIS_FILE = "tests/test_repository.py"  # it spells out what the rules look for
-HOME = "grader/course/layout.py"  # the one model of the course
+HOME = "grader/course/layout.py"  # the course's folders
+CELLS = "grader/course/cells.py"  # nbgrader's metadata and the course's cell conventions
 DEFAULTS = "grader/course/config.py"  # every time limit, and the seeds
 
 # Projects whose public issue trackers may be cited by number ("PyTorch issue #74092").
@@ -63,7 +64,7 @@ RULES = [
             "cell.metadata.nbgrader.grade_id",
         ),
         keeps=("meta = nbgrader_metadata(cell)", 'resources["nbgrader"]', "grade_id(cell)"),
-        home=HOME,
+        home=CELLS,
     ),
     Rule(
         "builds a course folder's or an assignment's path by hand (use grader.course's "
@@ -93,7 +94,7 @@ RULES = [
             "def test_cells_are_locked():",
             'box = f"input.score#{grade_id_of_tests(name)}"',
         ),
-        home=HOME,
+        home=CELLS,
     ),
     Rule(
         "sets a time limit or draws a grading seed of its own (grader.course.config holds every "
