@@ -127,6 +127,7 @@ def _outputs(name: str, cases: int, frame: bytes | None) -> tuple[list[Outputs],
         return _crashed(name, cases)
     try:
         fields, arrays = record.decode(frame)
+        record.check_result(fields, arrays)
     except record.BadFrame as error:
         return [StudentError("crash", f"`{name}` sent a result that is {error}.")] * cases, set()
     if "load_error" in fields:
@@ -279,7 +280,14 @@ def grade_submissions(
         static = forbidden_uses(answers[name], EXERCISES[name])
         integrity = integrity_message(EXERCISES[name], static, calls)
         expected = ready[name].expected
-        verdicts[name] = judge(EXERCISES[name], plans[name], outputs, integrity, expected)
+        try:
+            verdicts[name] = judge(EXERCISES[name], plans[name], outputs, integrity, expected)
+        except Exception as error:  # outputs the answer's process shaped: its exercise's crash
+            unjudged = StudentError(
+                "crash", f"`{name}`'s outputs could not be judged ({str(error)[:200]})."
+            )
+            verdicts[name] = _verdict_for_all(name, unjudged, ready[name])
+            outputs = [unjudged]
         causes[name] = _cause(outputs)
     return [[_result(verdicts[n], causes[n]) for n in s.exercises] for s in submissions]
 
