@@ -9,7 +9,7 @@ PYTEST_ARGS ?= -n 2 --dist loadfile
 # Empty by default: pip then uses its own configuration (PyPI, or a local wheel folder).
 TORCH_INDEX ?=
 
-.PHONY: setup demo test test-portable lint release release-check clean
+.PHONY: setup demo test test-fast test-portable lint release release-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ demo: setup
 test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# Unit tests and checks: no sandboxed class, no nbgrader cycle, no notebook executed (nbval off).
+test-fast: setup lint
+	$(PY) -m pytest $(PYTEST_ARGS) -o addopts="-ra --strict-markers" -m "not slow" tests/
+
 # The solutions' stored outputs as on another CPU: PyTorch's kernels without SIMD, MKL's
 # compatible (non-AVX) matrix products, one thread; and every CPU-dependent result moved 2 ulps
 # up, then down (tests/another_cpu.py).
@@ -36,6 +40,7 @@ test-portable: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 release: setup
 	$(PY) -m grader release

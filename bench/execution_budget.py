@@ -51,8 +51,8 @@ from common import (
     wait_for_quiet,
 )
 
-from grader.config import SOLUTIONS, assignments, use_this_environment
 from grader.course import SETUP_ID, grade_id, notebook_path
+from grader.course.config import SOLUTIONS, assignments, use_this_environment
 
 
 @dataclass

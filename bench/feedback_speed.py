@@ -25,11 +25,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import markdown_table, options, print_header, progress
 
 from grader.autograde import autograde
-from grader.config import assignments
 from grader.course import Course
-from grader.demo import PROFILES, write_class
-from grader.report import feedback_pages, write_feedback
-from grader.submission import Limits
+from grader.course.config import assignments
+from grader.gradebook.config import recording_api
+from grader.grading.grade import Limits
+from grader.publish.feedback import feedback_pages, write_feedback
+from grader.release.demo import PROFILES, write_class
 
 LOOPS_FOREVER = "gus"
 
@@ -49,7 +50,7 @@ def graded_class(root: Path, students: int) -> tuple[Course, list[str]]:
 
 def time_nbgraders(course: Course, students: list[str], notebooks: int) -> float:
     """Seconds per notebook of nbgrader's generate_feedback, over the first `notebooks`."""
-    api = course.api()
+    api = recording_api(course)
     pairs = [(s, a) for a in assignments() for s in students][:notebooks]
     start = time.perf_counter()
     for student, assignment in pairs:

@@ -55,14 +55,14 @@ from grading_throughput import (
     stock_course,
 )
 
-from grader.autograde import prepare
-from grader.config import assignments
+from grader.autograde import register_all
 from grader.course import Course, notebook_path
-from grader.demo import PROFILES, write_class
-from grader.notebook import Submission
-from grader.prestarted import prestarted
-from grader.sandbox import Sandbox
-from grader.submission import grade_submissions
+from grader.course.config import assignments
+from grader.course.intake import Submission
+from grader.grading.grade import grade_submissions
+from grader.grading.prestarted import prestarted
+from grader.grading.sandbox import Sandbox
+from grader.release.demo import PROFILES, write_class
 
 OVERHEAD_TARGET_S = 0.3
 RATIO_TARGET = 15
@@ -116,7 +116,7 @@ def stock_cycle(submissions: Path, root: Path, students: int) -> Cycle:
 
 
 def ours_cycle(submissions: Path, root: Path, students: int, jobs: int) -> Cycle:
-    prepare(Course(root))  # the gradebook's assignments: not timed, as for stock
+    register_all(Course(root))  # the gradebook's assignments: not timed, as for stock
     grader, course = str(BIN / "grader"), ["--course", str(root)]
     autograde = [grader, "autograde", str(submissions), *course, "--jobs", str(jobs)]
     autograde += ["--seed", str(SEED), "--timeout", str(TIMEOUT_S)]

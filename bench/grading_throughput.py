@@ -1,13 +1,14 @@
 """Grading throughput: stock `nbgrader autograde` against our `grader autograde`, same inputs.
 
-Stock nbgrader here is the course's own nbgrader configuration (`grader.config.course_config`)
-with nbgrader's default autograde preprocessors, `Execute` first: every student notebook runs
-top to bottom in a kernel, experiments included, and the test cells' `check()`/`grade()` score
-it (hidden inputs from NORM_COURSE_SEED=0). Ours is `grader autograde --seed 0`: one sandboxed
-runner per student, only what the checks need, results recorded through nbgrader. Both get the
-course's 60 s: per cell (stock, Execute.timeout) or per exercise (ours, `--timeout 60`).
+Stock nbgrader here is the course's own nbgrader configuration
+(`grader.course.config.course_config`) with nbgrader's default autograde preprocessors, `Execute`
+first: every student notebook runs top to bottom in a kernel, experiments included, and the test
+cells' `check()`/`grade()` score it (hidden inputs from NORM_COURSE_SEED=0). Ours is `grader
+autograde --seed 0`: one sandboxed runner per student, only what the checks need, results recorded
+through nbgrader. Both get the course's 60 s: per cell (stock, Execute.timeout) or per exercise
+(ours, `--timeout 60`).
 
-Measured, on the bundled demo class (grader.demo.PROFILES) and on a generated class of
+Measured, on the bundled demo class (grader.release.demo.PROFILES) and on a generated class of
 `--students` copies of the honest profiles:
 - wall seconds per student × notebook, median of `--runs` (ours) / `--stock-runs` (stock) runs;
 - peak RSS of the largest single process (wait4's ru_maxrss) and of the whole grading process
@@ -55,16 +56,23 @@ import nbformat
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import load_1min, markdown_table, median_and_spread, options, print_header, progress
 
-from grader.autograde import autograde, prepare
+from grader.autograde import autograde, register_all
 from grader.checks import EXERCISES
 from grader.checks.core import outputs_of, plan
-from grader.config import CELL_SECONDS, SEED_VARIABLE, assignments, use_this_environment
 from grader.course import Course, grade_id, grade_id_of_tests, notebook_path
-from grader.demo import PROFILES, Profile, write_class
-from grader.notebook import Submission, answer_source, exercises_of, setup_code, source_notebook
-from grader.sandbox import available as sandbox_available
-from grader.sandboxed.probe import load_answer
-from grader.submission import grade_submissions
+from grader.course.config import CELL_SECONDS, SEED_VARIABLE, assignments, use_this_environment
+from grader.course.intake import (
+    Submission,
+    answer_source,
+    exercises_of,
+    setup_code,
+    source_notebook,
+)
+from grader.gradebook.records import cell_scores
+from grader.grading.grade import grade_submissions
+from grader.grading.sandbox import available as sandbox_available
+from grader.grading.sandboxed.probe import load_answer
+from grader.release.demo import PROFILES, Profile, write_class
 
 try:  # psutil comes with jupyter's dependencies; without it only the largest process is known
     import psutil
@@ -190,7 +198,7 @@ STOCK_CONFIG = '''\
 preprocessors (Execute first), submissions read from {submissions}."""
 from pathlib import Path
 
-from grader.config import course_config
+from grader.course.config import course_config
 from grader.course import Layout
 
 here = Path(__file__).resolve().parent
@@ -291,7 +299,7 @@ def _error_reason(message: str) -> str:
 def run_ours(submissions: Path, root: Path, jobs: int, sandboxed: bool) -> Measured:
     """`grader autograde` over the whole class; the gradebook is prepared first (not timed),
     as stock nbgrader's `generate_assignment` is."""
-    prepare(Course(root))
+    register_all(Course(root))
     command = [str(BIN / "grader"), "autograde", str(submissions), "--course", str(root)]
     command += ["--jobs", str(jobs), "--seed", str(SEED), "--timeout", str(TIMEOUT_S)]
     if not sandboxed:
@@ -308,7 +316,7 @@ def recorded_scores(root: Path, students: list[str]) -> dict[tuple[str, str], Sc
     """Per student × notebook of the course at `root`, the autograded score of each test cell;
     None if not recorded."""
     course = Course(root)
-    return {(s, a): course.cell_scores(s, a) for s in students for a in assignments()}
+    return {(s, a): cell_scores(course, s, a) for s in students for a in assignments()}
 
 
 def total(scores: Scores | None) -> str:
@@ -411,7 +419,7 @@ def mean_student_code_seconds(profiles: dict[str, Profile]) -> float:
 def runner_startup_seconds() -> float:
     """What every runner pays before any student code: Python, torch and the checks imported."""
     start = time.perf_counter()
-    command = [sys.executable, "-c", "import grader.sandboxed.runner"]
+    command = [sys.executable, "-c", "import grader.grading.sandboxed.runner"]
     subprocess.run(command, check=True, env=grading_env(), capture_output=True)
     return time.perf_counter() - start
 
@@ -424,7 +432,7 @@ def one_student_seconds(work: Path, student: str) -> tuple[float, float]:
     grade_submissions(read, SEED)
     graded = time.perf_counter() - start
     course = Course(work / "course")
-    prepare(course)  # registering the assignments is not part of grading, as for both systems
+    register_all(course)  # registering the assignments is not part of grading, as for both systems
     start = time.perf_counter()
     autograde(submissions, course, jobs=1, seed=SEED, progress=False)
     return graded, time.perf_counter() - start
@@ -742,7 +750,7 @@ def report_demo(args: argparse.Namespace, work: Path, sandbox: bool) -> None:
     stock_runs = 0 if args.skip_stock else args.stock_runs
     configs = ours_configs(sandbox)
     systems = grade_class("demo", submissions, work / "demo", args.runs, stock_runs, configs)
-    medians = report_class("Demo class (grader.demo.PROFILES)", systems, students, True)
+    medians = report_class("Demo class (grader.release.demo.PROFILES)", systems, students, True)
     items = len(students) * len(assignments())
     print("Sandbox overhead (seconds per student × notebook, medians):\n")
     header = ["--jobs", "sandboxed", "--unsafe-no-sandbox", "sandbox overhead"]

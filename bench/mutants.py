@@ -1,6 +1,6 @@
 """Mutation score of the checks: wrong answers made from each solution, and what grading says.
 
-Every one-place mutant of each exercise's solution cell (`grader/checks/mutation.py`: constants,
+Every one-place mutant of each exercise's solution cell (`bench/mutation.py`: constants,
 operators, dropped or swapped operands, reductions and their dims, deleted statements) is loaded
 as the autograder loads an answer. Mutants whose outputs equal the solution's on every check's
 inputs under six other seeds, and on the same inputs with their values redrawn from another law
@@ -33,9 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import markdown_table, options, print_header, progress
-
-from grader.checks import EXERCISES
-from grader.checks.mutation import (
+from mutation import (
     OUTCOMES,
     judge_mutant,
     judge_written,
@@ -44,7 +42,9 @@ from grader.checks.mutation import (
     solution_cells,
     written_answers,
 )
-from grader.sandboxed.probe import load_answer
+
+from grader.checks import EXERCISES
+from grader.grading.sandboxed.probe import load_answer
 
 WRONG_ANSWERS = Path(__file__).resolve().parents[1] / "tests" / "wrong_answers"
 

@@ -3,10 +3,10 @@
 Two phases per submission, pipelined:
 1. grade (in worker threads, each driving a runner process): plan, run, judge; the result is
    written atomically to `results/<student>/<assignment>.json`;
-2. record (in the main thread only, the gradebook's single writer): nbgrader's `autograde` with
-   `InjectResults` in place of `Execute`, then a `.graded` stamp holding the submission's hash;
-   the whole batch through one gradebook session (`one_gradebook_session`).
-Each worker's runners are forked from a pre-started one (grader.prestarted), graded as root.
+2. record (in the main thread only, the gradebook's single writer; grader.gradebook.records):
+   nbgrader's `autograde` with `InjectResults` in place of `Execute`, then a `.graded` stamp
+   holding the submission's hash; the whole batch through one gradebook session.
+Each worker's runners are forked from a pre-started one (grader.grading.prestarted), graded as root.
 A re-run skips every submission whose stamp matches its current hash, so an interrupted batch
 loses no finished grade and re-grading an unchanged class changes nothing.
 
@@ -19,8 +19,6 @@ while the course says it graded notebooks is refused (`GradebookLost`), never re
 
 from __future__ import annotations
 
-import hashlib
-import importlib
 import os
 import shutil
 import signal
@@ -31,14 +29,14 @@ from collections.abc import Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path, PurePath
+from pathlib import Path
 
-import nbformat
-from nbgrader.api import Gradebook
+from nbformat.notebooknode import NotebookNode
 from nbgrader.apps import NbGraderAPI
 
-import grader.sandbox  # Sandbox is looked up when grading: a test can make it unavailable
-from grader.config import (
+import grader.grading.sandbox  # Sandbox is looked up when grading: a test can make it unavailable
+from grader.course import UNJUDGED, Course, Refused, Results, notebook_path
+from grader.course.config import (
     EXERCISE_SECONDS,
     SANDBOX_PROCESSES,
     SOLUTIONS,
@@ -46,30 +44,23 @@ from grader.config import (
     fresh_seed,
     use_this_environment,
 )
-from grader.course import (
-    Course,
-    Refused,
-    Results,
-    holds_data,
-    notebook_path,
-    write_atomically,
-)
-from grader.discovery import student_folders
-from grader.notebook import Submission, make_inert, read_notebook
-from grader.notebook import fingerprint as notebook_fingerprint
-from grader.prestarted import prestarted
-from grader.sandbox import Sandbox, SandboxUnavailable
-from grader.submission import (
+from grader.course.discovery import student_folders
+from grader.course.intake import Submission
+from grader.course.intake import fingerprint as notebook_fingerprint
+from grader.gradebook import records
+from grader.gradebook.config import recording_api
+from grader.gradebook.preprocessor import InjectResults
+from grader.grading.grade import (
     DEFAULT_LIMITS,
     RUNNERS,
     GraderFault,
     Limits,
     grade_submissions,
 )
-from grader.untrusted import read_below
+from grader.grading.prestarted import prestarted
+from grader.grading.sandbox import Sandbox, SandboxUnavailable
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-EXCHANGE_FILES = ("timestamp.txt", "submission_secret.txt")
 
 
 class GradebookLost(Refused):
@@ -147,9 +138,6 @@ def refused(submissions: Path) -> list[Outcome]:
     ]
 
 
-UNJUDGED = {"missing": "no answer", "crash": "crashed", "timeout": "timed out"}
-
-
 def lost(task: Task, course: Course) -> str:
     """Why a recorded notebook lost points without its answers being judged, in a few words
     ('' when every answer was judged): missing, unreadable, or which exercises crashed, timed
@@ -169,21 +157,13 @@ def fingerprint(task: Task, course: Course) -> str:
     return notebook_fingerprint(task.submission, course.source_notebook(task.assignment))
 
 
-def prepare(course: Course) -> None:
-    """Put every assignment in the gradebook (nbgrader's generate_assignment), once per source."""
+def register_all(course: Course) -> None:
+    """Put every assignment in the gradebook, once per source."""
     use_this_environment()
-    api = course.api()
+    api = recording_api(course)
     for assignment in assignments():
         _stop_point()
-        stamp = course.source_stamp(assignment)
-        digest = hashlib.sha256(course.source_notebook(assignment).read_bytes()).hexdigest()
-        if stamp.is_file() and stamp.read_text() == digest and holds_data(course.gradebook):
-            continue
-        result = api.generate_assignment(assignment, force=True, create=True)
-        if not result["success"]:
-            detail = result.get("error") or result.get("log")
-            raise RuntimeError(f"nbgrader could not register {assignment}: {detail}")
-        write_atomically(stamp, digest)
+        records.register(course, api, assignment)
 
 
 def grade(
@@ -208,7 +188,32 @@ def sandboxed(
     """The sandbox (hiding the answer key `source`) and limits student code is graded with;
     raises SandboxUnavailable."""
     limits = Limits(wall_seconds=wall_seconds, processes=SANDBOX_PROCESSES)
-    return grader.sandbox.Sandbox(source), limits
+    return grader.grading.sandbox.Sandbox(source), limits
+
+
+class GradeThenInject(InjectResults):
+    """nbgrader's autograde step for nbgrader's own `autograde` and formgrader's Autograde
+    button: the notebook is graded in the sandbox first, unless its stored result was graded
+    from these very bytes (`grader autograde`, having just graded it, sets `graded_now`)."""
+
+    def preprocess(self, nb: NotebookNode, resources: dict):
+        if not self.graded_now:
+            student, assignment = (
+                resources["nbgrader"]["student"],
+                resources["nbgrader"]["assignment"],
+            )
+            submission = notebook_path(Path(self.submissions_dir) / student, assignment)
+            grade_submission(Path(self.results_dir).parent, student, assignment, submission)
+        return super().preprocess(nb, resources)
+
+
+def record(task: Task, course: Course, api: NbGraderAPI, submission: Submission) -> Outcome:
+    """Phase 2 (main thread only): nbgrader autograde with the trusted results, then stamp."""
+    problem = records.record(course, api, submission, task.student)
+    if problem:
+        return Outcome(task, problem=problem)
+    results = Results.load(course.results_file(task.student, task.assignment))
+    return Outcome(task, score=results.score, max_score=results.max_score)
 
 
 def grade_submission(root: Path, student: str, assignment: str, submission: Path) -> None:
@@ -236,100 +241,6 @@ def grade_submission(root: Path, student: str, assignment: str, submission: Path
             grade([task], course, fresh_seed(), limits, sandbox)
         finally:
             shutil.rmtree(course.scratch, ignore_errors=True)
-
-
-def _stage(course: Course, task: Task, submission: Submission) -> None:
-    """What nbgrader reads: the submission as graded (see Submission.recorded), or the release
-    stub when there is nothing readable (so the record says 0, not 'needs grading'), with the
-    files nbgrader's exchange keeps beside it (late penalties and `release_feedback` read
-    them)."""
-    target = course.staged_notebook(task.student, task.assignment)
-    shutil.rmtree(target.parent, ignore_errors=True)  # nothing left from an earlier copy
-    target.parent.mkdir(parents=True)
-    notebook = submission.recorded
-    if notebook is None:
-        notebook = read_notebook(course.released_notebook(task.assignment))
-    nbformat.write(make_inert(notebook), target)
-    for name in EXCHANGE_FILES:
-        kept = _exchange_file(task, name)
-        if kept is not None:
-            (target.parent / name).write_bytes(kept)
-
-
-def _exchange_file(task: Task, name: str) -> bytes | None:
-    """One of the small files nbgrader's submit and collect keep beside a submission (None when
-    absent or not a plain file: a submission from elsewhere has none)."""
-    relative = PurePath(*task.submission.parts[-3:-1], name)
-    try:
-        return read_below(task.submission.parents[2], relative, 4096)
-    except (OSError, ValueError):
-        return None
-
-
-def record(task: Task, course: Course, api: NbGraderAPI, submission: Submission) -> Outcome:
-    """Phase 2 (main thread only): nbgrader autograde with the trusted results, then stamp."""
-    _stage(course, task, submission)
-    result = api.autograde(task.assignment, task.student, force=True, create=True)
-    if not result["success"]:
-        tail = (result.get("error") or result.get("log") or "").strip().splitlines()[-1:]
-        return Outcome(task, problem=f"nbgrader could not record it: {' '.join(tail)}")
-    write_atomically(course.stamp(task.student, task.assignment), submission.fingerprint)
-    results = Results.load(course.results_file(task.student, task.assignment))
-    return Outcome(task, score=results.score, max_score=results.max_score)
-
-
-# nbgrader's modules that open the gradebook while its `autograde` records one notebook: nine
-# times a notebook, each a new engine, schema check and session.
-RECORDING_MODULES = (
-    "nbgrader.converters.autograde",
-    "nbgrader.preprocessors.overwritekernelspec",
-    "nbgrader.preprocessors.overwritecells",
-    "nbgrader.preprocessors.saveautogrades",
-    "nbgrader.preprocessors.latesubmissions",
-)
-
-
-class _Kept:
-    """One gradebook as nbgrader's recording code uses it, kept open for the batch: its `close`
-    (and the end of a `with`) only ends the transaction, as closing its session would."""
-
-    def __init__(self, gradebook: Gradebook) -> None:
-        self._gradebook = gradebook
-
-    def __getattr__(self, name: str):
-        return getattr(self._gradebook, name)
-
-    def __enter__(self) -> _Kept:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._gradebook.db.rollback()  # what is committed stays; what is not is dropped
-
-
-@contextmanager
-def one_gradebook_session() -> Iterator[None]:
-    """While recording a batch (in this thread only), every gradebook nbgrader's `autograde`
-    opens is one, opened once per database and course."""
-    opened: dict[tuple[str, str], Gradebook] = {}
-
-    def kept(db_url: str, course_id: str = "default_course", authenticator=None) -> _Kept:
-        if (db_url, course_id) not in opened:
-            opened[(db_url, course_id)] = Gradebook(db_url, course_id, authenticator)
-        return _Kept(opened[(db_url, course_id)])
-
-    modules = {importlib.import_module(name): kept for name in RECORDING_MODULES}
-    for module in modules:
-        modules[module], module.Gradebook = module.Gradebook, kept
-    try:
-        yield
-    finally:
-        for module, previous in modules.items():
-            module.Gradebook = previous
-        for gradebook in opened.values():
-            gradebook.close()
 
 
 class Progress:
@@ -380,21 +291,21 @@ def autograde(
             it aside and grade everything into a new one (see `GradebookLost`).
         students, notebooks: grade only these students, only these assignments (default: all).
     Raises:
-        CourseBusy: another run holds the course. GradebookLost: see `Course.gradebook_problem`.
+        CourseBusy: another run holds the course. GradebookLost: see `records.gradebook_problem`.
         Interrupted: a stop signal came; the finished notebooks are recorded, nothing else.
     """
     with course.lock(), _stop_on_signals():
-        problem = course.gradebook_problem()
+        problem = records.gradebook_problem(course)
         if problem and not force:
             raise GradebookLost(
                 f"{problem}. Nothing was graded. Restore it from a backup, or grade everything "
                 "again into a new gradebook with --force (the old file is kept aside)."
             )
         if problem:
-            course.start_new_gradebook()
+            records.start_new_gradebook(course)
         course.clean_scratch()
         try:
-            prepare(course)
+            register_all(course)
             seed = fresh_seed() if seed is None else seed
             outcomes, todo = refused(submissions), []
             for task in discover(submissions):
@@ -406,8 +317,8 @@ def autograde(
                     outcomes.append(Outcome(task, skipped=True))
                 else:
                     todo.append(task)
-            run = _Run(course, course.api(), jobs, seed, limits, sandbox)
-            with prestarted(sandbox, course.scratch), one_gradebook_session():
+            run = _Run(course, recording_api(course), jobs, seed, limits, sandbox)
+            with prestarted(sandbox, course.scratch), records.one_gradebook_session():
                 outcomes += run.grade_and_record(todo, Progress(todo) if progress else None)
             _stop_point()
             return sorted(outcomes, key=lambda o: (o.task.student, o.task.assignment))

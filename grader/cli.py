@@ -11,15 +11,15 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from grader.config import DEMO_EXERCISE_SECONDS, EXERCISE_SECONDS, REPO
 from grader.course import Layout
+from grader.course.config import DEMO_EXERCISE_SECONDS, EXERCISE_SECONDS, REPO
 
 DEFAULT_COURSE = Path("course")
 
 
 def _release(args: argparse.Namespace) -> int:
     source = _source(args)  # an installed grader has no solutions/ to release from
-    from grader.release import generate, stale_files, student_wheel
+    from grader.release.notebooks import generate, stale_files, student_wheel
 
     if args.check:
         stale = stale_files(source=source)
@@ -43,7 +43,7 @@ def _release(args: argparse.Namespace) -> int:
 def _init(args: argparse.Namespace) -> int:
     """A new nbgrader course folder: source/ (the course's source notebooks) and the
     nbgrader_config.py that points every nbgrader command at it."""
-    from grader.config import assignments
+    from grader.course.config import assignments
 
     source = _source(args)
     course: Path = args.course
@@ -52,7 +52,9 @@ def _init(args: argparse.Namespace) -> int:
     for assignment in assignments():
         target = Layout.of(course).source / assignment
         shutil.copytree(source / assignment, target, ignore=_NOT_SOURCE)
-    shutil.copy(Path(__file__).with_name("nbgrader_config.py"), course / "nbgrader_config.py")
+    shutil.copy(
+        Path(__file__).parent / "gradebook" / "nbgrader_config.py", course / "nbgrader_config.py"
+    )
     print(
         f"Course folder {course}: nbgrader_config.py and source/ ({len(assignments())} "
         "assignments). Run nbgrader's commands from there, starting with "
@@ -88,8 +90,8 @@ def _isolation(args: argparse.Namespace, source: Path):
     when bubblewrap is missing unless the instructor explicitly accepts running student code
     unsandboxed."""
     from grader.autograde import sandboxed
-    from grader.sandbox import SandboxUnavailable
-    from grader.submission import Limits
+    from grader.grading.grade import Limits
+    from grader.grading.sandbox import SandboxUnavailable
 
     if args.unsafe_no_sandbox:
         return None, Limits(wall_seconds=args.timeout)
@@ -104,8 +106,9 @@ def _autograde(args: argparse.Namespace) -> int:
     the run is refused, 128 + N when stopped by signal N."""
     from grader.autograde import Interrupted, autograde, not_handed_in
     from grader.course import Course, Refused
-    from grader.discovery import layout_problem
+    from grader.course.discovery import layout_problem
 
+    _refuse_an_older_config(args.course)
     source = _source(args)
     args.submissions = args.submissions or Layout.of(args.course).submitted
     problem = layout_problem(args.submissions, args.course)
@@ -161,8 +164,8 @@ def _summary(outcomes: list, course, absent: list = ()) -> int:
 
 def _listing(title: str, items: list) -> None:
     """`items` (task, reason) as one line per student and reason, naming the notebooks."""
-    from grader.config import assignments
-    from grader.discovery import refusal
+    from grader.course.config import assignments
+    from grader.course.discovery import refusal
 
     notebooks: dict[tuple[str, str], list[str]] = {}
     for task, reason in items:
@@ -183,9 +186,27 @@ def _listing(title: str, items: list) -> None:
         print(f"  {student:<{widths[0]}}  {names:<{widths[1]}}  {reason}")
 
 
+# What an nbgrader_config.py copied by a grader before grader/ was laid out as the pipeline
+# imports: nbgrader's commands in such a course would fail on it.
+_OLDER_CONFIG = ("from grader.config import",)
+
+
+def _refuse_an_older_config(root: Path) -> None:
+    config = root / "nbgrader_config.py"
+    text = config.read_text(errors="replace") if config.is_file() else ""
+    if any(old in text for old in _OLDER_CONFIG):
+        raise UsageError(
+            f"{config} was written by an older grader and names modules that moved: replace it "
+            f"with this grader's ({Path(__file__).parent / 'gradebook' / 'nbgrader_config.py'})"
+        )
+
+
 def _graded_course(root: Path):
     """The course `grader autograde` made at `root`; anything else is refused, creating nothing."""
     from grader.course import Course, holds_data
+    from grader.gradebook.records import gradebook_problem
+
+    _refuse_an_older_config(root)
 
     gradebook = root / "gradebook.db"
     if not holds_data(gradebook):
@@ -194,7 +215,7 @@ def _graded_course(root: Path):
             f"run `grader autograde SUBMISSIONS --course {root}` first"
         )
     course = Course(root)
-    problem = course.gradebook_problem()
+    problem = gradebook_problem(course)
     if problem:
         raise UsageError(f"{problem}: restore it, or run `grader autograde --force`")
     return course
@@ -202,7 +223,7 @@ def _graded_course(root: Path):
 
 def _students(course) -> list[str]:
     """Every student with a recorded result; ids nbgrader would read as patterns are left out."""
-    from grader.discovery import refusal
+    from grader.course.discovery import refusal
 
     results = course.results
     found = [p.name for p in results.iterdir() if p.is_dir()] if results.is_dir() else []
@@ -210,7 +231,7 @@ def _students(course) -> list[str]:
 
 
 def _feedback(args: argparse.Namespace) -> int:
-    from grader.report import write_feedback
+    from grader.publish.feedback import write_feedback
 
     course = _graded_course(args.course)
     folder, problems = write_feedback(course, _students(course), args.jobs, progress=True)
@@ -221,7 +242,7 @@ def _feedback(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from grader.report import write_csv
+    from grader.publish.feedback import write_csv
 
     course = _graded_course(args.course)
     print("Grades written to", write_csv(course, args.csv))
@@ -229,7 +250,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from grader.class_report import write_reports
+    from grader.publish.class_report import write_reports
 
     course = _graded_course(args.course)
     pages = write_reports(course, _students(course), args.out or args.course / "reports")
@@ -241,9 +262,9 @@ def _report(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from grader.autograde import autograde
     from grader.course import Course
-    from grader.demo import PROFILES, write_class
-    from grader.report import format_table, write_csv, write_feedback
-    from grader.sandbox import available as sandbox_available
+    from grader.grading.sandbox import available as sandbox_available
+    from grader.publish.feedback import format_table, write_csv, write_feedback
+    from grader.release.demo import PROFILES, write_class
 
     source = _source(args)
     out = args.out.resolve()
@@ -274,8 +295,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from grader.notebook import read_notebook
-    from grader.student import check_notebook
+    from grader.course.intake import read_notebook
+    from grader.grading.self_check import check_notebook
 
     notebook = args.notebook.absolute()  # read as <folder>/<assignment>/<notebook>, even bare
     try:
@@ -455,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="One row per student of nbgrader's roster (student_id, last_name, "
         "first_name, email), one column per assignment headed with its points, e.g. "
         "'01_layer_norm (19 pts)', and the total; an assignment not handed in scores 0. The "
-        "same as `nbgrader export --exporter grader.lms.LmsCsvExport`.",
+        "same as `nbgrader export --exporter grader.gradebook.lms.LmsCsvExport`.",
     )
     export.add_argument(
         "--csv", type=Path, default=Path("grades.csv"), help="where to write (default: %(default)s)"

@@ -24,8 +24,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader.config import REPO
 from grader.course import grade_id
+from grader.course.config import REPO
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Debian's Chromium, not Playwright's own download (which cannot work offline); as root it needs

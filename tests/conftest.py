@@ -11,9 +11,9 @@ import torch
 
 import norm_utils
 from grader.checks import EXERCISES, Exercise, run
-from grader.config import assignments
-from grader.notebook import answer_source, exercises_of, setup_code, source_notebook
-from grader.sandboxed.probe import load_answer
+from grader.course.config import assignments
+from grader.course.intake import answer_source, exercises_of, setup_code, source_notebook
+from grader.grading.sandboxed.probe import load_answer
 
 # The browser tests' fixtures: the browser, a page per test, the screenshots' folder.
 pytest_plugins = ["browser_fixtures"]
@@ -80,3 +80,33 @@ def assert_a_cheat_earns_nothing(exercise: Any, source: str) -> None:
     verdict = run(exercise, answer_from(source, exercise.name), hidden=True, seed=0, source=source)
     assert verdict.score == 0
     assert "earns no points" in verdict.render()
+
+
+# The fast tier (`make test-fast`) leaves out these modules: each grades a class in the sandbox,
+# runs nbgrader's cycle, builds and installs a wheel, drives a browser or executes notebooks.
+SLOW_MODULES = {
+    "test_adversarial",
+    "test_assignment_cycle",
+    "test_blocking",
+    "test_browser",
+    "test_cli",
+    "test_course",
+    "test_faults",
+    "test_feedback",
+    "test_grading",
+    "test_mutants",
+    "test_no_answers_for_students",
+    "test_packaging",
+    "test_readme",
+    "test_release",
+    "test_run_all_unanswered",
+    "test_runner",
+    "test_sandbox",
+}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is not None and module.__name__.split(".")[-1] in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)

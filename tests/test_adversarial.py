@@ -28,11 +28,12 @@ from test_sandbox import ORDINARY_USER, venv_of_an_ordinary_user
 
 from grader.autograde import autograde
 from grader.checks import EXERCISES
-from grader.config import REPO, SOLUTIONS
 from grader.course import Course, Results, answer_cell, notebook_path
-from grader.notebook import answer_source, exercises_of, source_notebook
-from grader.sandbox import Sandbox, available
-from grader.submission import Limits, grade_notebook
+from grader.course.config import REPO, SOLUTIONS
+from grader.course.intake import answer_source, exercises_of, source_notebook
+from grader.gradebook.config import gradebook_url
+from grader.grading.grade import Limits, grade_notebook
+from grader.grading.sandbox import Sandbox, available
 
 pytestmark = pytest.mark.skipif(not available(), reason="bubblewrap is not installed")
 
@@ -569,7 +570,7 @@ def test_a_linked_or_special_notebook_is_refused_and_earns_nothing(attacked, lay
 def test_the_gradebook_holds_what_the_grader_decided(attacked):
     cases, course, outcomes, _, _ = attacked
     assert [o for o in outcomes if o.problem] == []
-    with Gradebook(course.api().coursedir.db_url) as gradebook:
+    with Gradebook(gradebook_url(course)) as gradebook:
         honest = gradebook.find_submission(ASSIGNMENT, "honest")
         assert honest.score == 19
         for student in [*cases, *LAYOUTS]:
@@ -640,7 +641,7 @@ AS_A_USER = """
 import json, subprocess, sys, tempfile
 from pathlib import Path
 
-from grader.sandbox import Sandbox
+from grader.grading.sandbox import Sandbox
 
 left_behind, other_job = json.loads(sys.stdin.read())
 first, second = Sandbox(), Sandbox()

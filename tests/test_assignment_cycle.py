@@ -54,7 +54,6 @@ from nbgrader.utils import is_grade
 
 from grader.checks import EXERCISES
 from grader.cli import main
-from grader.config import assignments
 from grader.course import (
     answer_cell,
     fetched_feedback,
@@ -63,16 +62,17 @@ from grader.course import (
     nbgrader_metadata,
     notebook_path,
 )
-from grader.demo import PROFILES
-from grader.lms import points_header
-from grader.notebook import exercises_of, source_notebook
+from grader.course.config import assignments
+from grader.course.intake import exercises_of, source_notebook
+from grader.gradebook.lms import points_header
+from grader.release.demo import PROFILES
 
 pytestmark = BROWSER_TESTS
 
 ASSIGNMENT = assignments()[0]
 SOURCE = source_notebook(ASSIGNMENT)
 EXERCISE = exercises_of(SOURCE)[0]  # ivy answers it with her classic mistake, and no other
-MISTAKE = "unbiased variance"  # its name in the checks (grader.demo's ivy makes it)
+MISTAKE = "unbiased variance"  # its name in the checks (grader.release.demo's ivy makes it)
 DIAGNOSIS = {m.name: m.message for m in EXERCISES[EXERCISE].mistakes}[MISTAKE]
 WRITTEN = next(grade_id(c) for c in SOURCE.cells if c.cell_type == "markdown" and is_grade(c))
 WRITTEN_POINTS = next(

@@ -1,4 +1,4 @@
-"""grader.sandboxed.blocking: with an exercise's forbidden set blocked, no route reaches the
+"""grader.grading.sandboxed.blocking: with an exercise's forbidden set blocked, no route reaches the
 library's implementation, and everything else still computes what it did.
 
 One Python process blocks the set of an exercise, as the runner's child does before the answer
@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from grader.checks import EXERCISES
-from grader.config import REPO
+from grader.course.config import REPO
 from normcheck.integrity import forbidden_uses
 
 # Runs in the blocked process: `x` (2, 3, 8), `D` = 8, `want` = the layer norm of `x` over D.
@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import grader.reference as nu
-from grader.sandboxed import blocking
+from grader.grading.sandboxed import blocking
 
 torch.set_num_threads(1)  # forked children and OpenMP's thread pool do not mix
 torch.manual_seed(0)

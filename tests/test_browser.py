@@ -55,11 +55,12 @@ from browser_harness import (
 from grader.autograde import autograde
 from grader.checks import EXERCISES
 from grader.cli import main
-from grader.config import REPO, SOLUTIONS, assignments
 from grader.course import Course, grade_id_of_tests, notebook_path
-from grader.demo import PROFILES, write_class
-from grader.notebook import answer_source, exercises_of, source_notebook
-from grader.sandbox import available
+from grader.course.config import REPO, SOLUTIONS, assignments
+from grader.course.intake import answer_source, exercises_of, source_notebook
+from grader.gradebook.records import cell_scores
+from grader.grading.sandbox import available
+from grader.release.demo import PROFILES, write_class
 
 pytestmark = BROWSER_TESTS
 ASSIGNMENTS = assignments()
@@ -291,4 +292,4 @@ def test_formgraders_autograde_button_grades_the_notebook_handed_in_now(
     row = formgrader_row(frame, "td.student-id", "ada")
     press_in_row(frame, row, "autograde")
     screenshot(page, screenshots, "instructor-6-autograde-button")
-    assert course.cell_scores("ada", FULL_RUN) == mistaken.expected(FULL_RUN)
+    assert cell_scores(course, "ada", FULL_RUN) == mistaken.expected(FULL_RUN)

@@ -20,7 +20,7 @@ from conftest import (
     known_mistake,
 )
 
-from grader.checks import EXERCISES, CheckFailed, check, grade, rubric, run
+from grader.checks import EXERCISES, grade, rubric, run
 from grader.checks import batch_norm as batch_norm_checks
 from grader.checks import group_norm as group_norm_checks
 from grader.checks import layer_norm as layer_norm_checks
@@ -36,10 +36,11 @@ from grader.checks.core import (
     plan,
 )
 from grader.checks.library import AUTOGRAD, forbid
-from grader.config import assignments
-from grader.notebook import answer_source, exercises_of, source_notebook
-from grader.sandboxed.probe import call, trailing_dims
+from grader.course.config import assignments
+from grader.course.intake import answer_source, exercises_of, source_notebook
+from grader.grading.sandboxed.probe import call, trailing_dims
 from norm_utils.gradients import numerical_grad
+from normcheck import CheckFailed, check
 
 CASES = [(e, m) for e in EXERCISES.values() for m in e.mistakes]
 

@@ -26,8 +26,8 @@ from grader.checks.batch_norm_backward import BATCH_NORM_BACKWARD
 from grader.checks.core import outputs_of, plan
 from grader.checks.group_norm import GROUP_NORM
 from grader.checks.rms_norm import RMS_NORM
+from grader.grading.sandboxed.probes import probe_batch_norm, probe_torch_momentum
 from grader.reference import functional as reference
-from grader.sandboxed.probes import probe_batch_norm, probe_torch_momentum
 
 ASSIGNMENT = "02_batch_norm"
 BY_NAME = {e.name: e for e in (*EXERCISES, GROUP_NORM, RMS_NORM)}

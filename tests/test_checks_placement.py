@@ -18,15 +18,16 @@ import pytest
 from conftest import SEEDS, answer_from, solution_answers
 from torch import nn
 
-from grader.checks import run, source_of
+from grader.checks import run
 from grader.checks.core import StudentError, outputs_of, plan
 from grader.checks.placement import EXERCISES, SWITCH_OFF
-from grader.config import RELEASE
 from grader.course import notebook_path
-from grader.notebook import answer_source, read_notebook, setup_code, source_notebook
+from grader.course.config import RELEASE
+from grader.course.intake import answer_source, read_notebook, setup_code, source_notebook
+from grader.grading.sandboxed import probes
+from grader.grading.sandboxed.probe import call, load_answer
 from grader.reference import blocks as reference
-from grader.sandboxed import probes
-from grader.sandboxed.probe import call, load_answer
+from normcheck import source_of
 
 ASSIGNMENT = "04_placement"
 BY_NAME = {e.name: e for e in EXERCISES}

@@ -18,11 +18,12 @@ from conftest import (
     solution_answers,
 )
 
-from grader.checks import CheckFailed, check, run
+from grader.checks import run
 from grader.checks.core import StudentError, judge_check, outputs_of, plan
 from grader.checks.sequences import EXERCISES
 from grader.reference.masking import lengths_to_mask
 from norm_utils.masking import pad_sequences
+from normcheck import CheckFailed, check
 
 ASSIGNMENT = "03_sequences"
 BY_NAME = {e.name: e for e in EXERCISES}

@@ -16,12 +16,12 @@ from nbgrader.api import Gradebook
 
 from grader.autograde import discover, refused
 from grader.cli import DEFAULT_COURSE, build_parser, main
-from grader.config import DEMO_EXERCISE_SECONDS, RELEASE, REPO, assignments
 from grader.course import Course, notebook_path
-from grader.demo import PROFILES, expected_scores, write_class
-from grader.discovery import refusal
-from grader.notebook import exercises_of, source_notebook
-from grader.submission import DEFAULT_LIMITS
+from grader.course.config import DEMO_EXERCISE_SECONDS, RELEASE, REPO, assignments
+from grader.course.discovery import refusal
+from grader.course.intake import exercises_of, source_notebook
+from grader.grading.grade import DEFAULT_LIMITS
+from grader.release.demo import PROFILES, expected_scores, write_class
 
 SECONDS = f"{DEFAULT_LIMITS.wall_seconds:g}"
 # (command and its required arguments, option's dest, default from its one source of truth,
@@ -189,12 +189,12 @@ def test_feedback_and_export_refuse_a_folder_that_is_not_a_graded_course(
 def test_without_a_sandbox_autograde_refuses_in_one_line_creating_nothing(
     tmp_path, monkeypatch, capsys
 ):
-    import grader.sandbox
+    import grader.grading.sandbox
 
     def unavailable(source):
-        raise grader.sandbox.SandboxUnavailable("bubblewrap is not installed")
+        raise grader.grading.sandbox.SandboxUnavailable("bubblewrap is not installed")
 
-    monkeypatch.setattr(grader.sandbox, "Sandbox", unavailable)
+    monkeypatch.setattr(grader.grading.sandbox, "Sandbox", unavailable)
     course = tmp_path / "course"
     submissions = make(tmp_path / "SUB", f"ada/{ASSIGNMENT}/{NOTEBOOK}")
     error = refusal_line(["autograde", str(submissions), "--course", str(course)], capsys)

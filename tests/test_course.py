@@ -20,14 +20,15 @@ from nbgrader.api import Gradebook, MissingEntry
 from grader.autograde import autograde as grade_class
 from grader.checks import EXERCISES
 from grader.checks.core import Verdict
-from grader.class_report import write_reports
 from grader.cli import main
-from grader.config import assignments
 from grader.course import Course, Layout, Results, fetched_feedback, notebook_path
-from grader.demo import PROFILES, expected_scores, write_class
-from grader.lms import points_header
-from grader.report import write_feedback
-from grader.sandbox import available
+from grader.course.config import assignments
+from grader.gradebook.lms import points_header
+from grader.gradebook.records import cell_scores
+from grader.grading.sandbox import available
+from grader.publish.class_report import write_reports
+from grader.publish.feedback import write_feedback
+from grader.release.demo import PROFILES, expected_scores, write_class
 
 FIRST, SECOND = assignments()[:2]
 COURSE_ID = "normalization-course"
@@ -203,7 +204,7 @@ def test_zip_collect_takes_an_lms_resubmission_and_says_so(cycle):
     )
     nbformat.write(PROFILES["ivy"].build(FIRST), first)
     nbformat.write(PROFILES["ada"].build(FIRST), latest)
-    collector = "--collector=grader.lms.ResubmissionCollector"
+    collector = "--collector=grader.gradebook.lms.ResubmissionCollector"
     log = nbgrader("zip_collect", FIRST, collector, cwd=course, exchange=exchange)
     assert f"Skipped {course / 'downloaded' / FIRST / 'extracted' / first.name}" in log
     assert "resubmission 1, the latest" in log
@@ -219,7 +220,7 @@ def test_the_lms_export_lists_the_whole_roster_with_each_assignments_points(cycl
     scores 0; each assignment's column says its points."""
     _, exchange, course, *_ = cycle
     nbgrader("db", "student", "add", "zed", "--last-name=Zed", cwd=course, exchange=exchange)
-    exporter = "--exporter=grader.lms.LmsCsvExport"
+    exporter = "--exporter=grader.gradebook.lms.LmsCsvExport"
     nbgrader("export", exporter, "--to=lms.csv", cwd=course, exchange=exchange)
     rows = {row["student_id"]: row for row in csv.DictReader((course / "lms.csv").open())}
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
@@ -238,9 +239,9 @@ def test_nbgraders_autograde_grades_the_notebook_handed_in_now(cycle):
     """The same per-cell scores as `grader autograde`; a worse notebook, a worse score; a new
     student graded, not a missing result."""
     _, exchange, course, *_ = cycle
-    recorded = Course(course).cell_scores("ada", FIRST)
+    recorded = cell_scores(Course(course), "ada", FIRST)
     nbgrader("autograde", FIRST, "--student=ada", "--force", cwd=course, exchange=exchange)
-    assert Course(course).cell_scores("ada", FIRST) == recorded
+    assert cell_scores(Course(course), "ada", FIRST) == recorded
     worse = notebook_path(Layout.of(course).submitted / "ada", FIRST)
     nbformat.write(PROFILES["ivy"].build(FIRST), worse)  # a classic mistake: fewer points
     nbgrader("autograde", FIRST, "--student=ada", "--force", cwd=course, exchange=exchange)
@@ -249,7 +250,7 @@ def test_nbgraders_autograde_grades_the_notebook_handed_in_now(cycle):
     new.parent.mkdir(parents=True)
     nbformat.write(PROFILES["ada"].build(FIRST), new)
     nbgrader("autograde", FIRST, "--student=cat", cwd=course, exchange=exchange)
-    assert Course(course).cell_scores("cat", FIRST) == recorded
+    assert cell_scores(Course(course), "cat", FIRST) == recorded
 
 
 def test_the_class_report_counts_the_diagnoses_recorded_not_the_feedbacks_wording(
@@ -263,7 +264,7 @@ def test_the_class_report_counts_the_diagnoses_recorded_not_the_feedbacks_wordin
     submissions = write_class(tmp_path / "class", {s: PROFILES[s] for s in mistaken})
     course = Course(tmp_path / "course")
     grade_class(submissions, course, jobs=1, progress=False, notebooks=[FIRST])
-    exercise = "layer_norm"  # where both profiles make their mistake (grader.demo)
+    exercise = "layer_norm"  # where both profiles make their mistake (grader.release.demo)
     for student, mistake in mistaken.items():
         result = Results.load(course.results_file(student, FIRST)).by_name()[exercise]
         assert "=>" in result.feedback and "→" not in result.feedback

@@ -8,10 +8,10 @@ import pytest
 
 import grader.checks
 from grader.checks import EXERCISES, core, prepared
-from grader.config import SOLUTIONS, assignments
 from grader.course import notebook_path
-from grader.notebook import Submission, exercises_of, source_notebook
-from grader.submission import grade_submissions
+from grader.course.config import SOLUTIONS, assignments
+from grader.course.intake import Submission, exercises_of, source_notebook
+from grader.grading.grade import grade_submissions
 
 ASSIGNMENT = assignments()[0]
 RUN, NEXT_RUN = 1234, 1235

@@ -26,11 +26,16 @@ import pytest
 from nbgrader.api import Gradebook
 from nbgrader.utils import is_solution
 
-from grader.autograde import GradebookLost, autograde, prepare
+from grader.autograde import GradebookLost, autograde, register_all
 from grader.cli import main as cli
-from grader.config import REPO, SOLUTIONS, assignments
 from grader.course import Course, CourseBusy, notebook_path
-from grader.demo import (
+from grader.course.config import REPO, SOLUTIONS, assignments
+from grader.course.intake import Submission
+from grader.gradebook.records import cell_scores
+from grader.grading.grade import Limits, grade_submissions
+from grader.grading.prestarted import prestarted
+from grader.grading.sandbox import RUNNER_ROOT, Sandbox, available
+from grader.release.demo import (
     PROFILES,
     Profile,
     _all_but_first,
@@ -39,10 +44,6 @@ from grader.demo import (
     expected_scores,
     write_class,
 )
-from grader.notebook import Submission
-from grader.prestarted import prestarted
-from grader.sandbox import RUNNER_ROOT, Sandbox, available
-from grader.submission import Limits, grade_submissions
 
 pytestmark = pytest.mark.skipif(not available(), reason="bubblewrap is not installed")
 
@@ -86,7 +87,7 @@ CLASS = {
 def recorded(course: Course) -> dict[tuple[str, str], dict[str, float]]:
     """Every per-cell score in the gradebook, by (student, assignment)."""
     students = [p.name for p in course.results.iterdir()] if course.results.is_dir() else []
-    found = {(s, a): course.cell_scores(s, a) for s in students for a in assignments()}
+    found = {(s, a): cell_scores(course, s, a) for s in students for a in assignments()}
     return {key: scores for key, scores in found.items() if scores is not None}
 
 
@@ -100,7 +101,7 @@ def clean(tmp_path_factory):
     root = tmp_path_factory.mktemp("faults")
     submissions = write_class(root / "submissions", CLASS)
     course = Course(root / "course")
-    prepare(course)  # kept as it is now, so the stop tests need not pay for it again
+    register_all(course)  # kept as it is now, so the stop tests need not pay for it again
     shutil.copytree(course.root, root / "prepared")
     sandbox = Sandbox()
     outcomes = run_autograde(course, submissions, sandbox)

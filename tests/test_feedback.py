@@ -7,12 +7,14 @@ import html
 
 import pytest
 
-from grader.autograde import Task, prepare, record
+from grader.autograde import Task, record, register_all
 from grader.checks import EXERCISES, run
-from grader.config import assignments
 from grader.course import Course, ExerciseResult, Results
-from grader.notebook import Submission, exercises_of, source_notebook
-from grader.report import leaks_hidden_tests, write_feedback
+from grader.course.config import assignments
+from grader.course.intake import Submission, exercises_of, source_notebook
+from grader.gradebook.config import recording_api
+from grader.gradebook.records import cell_scores
+from grader.publish.feedback import leaks_hidden_tests, write_feedback
 
 MISTAKES = [
     (a, e, k, m)
@@ -41,8 +43,8 @@ def results_of(names: list[str], k: int, verdicts: dict) -> Results:
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     course = Course(tmp_path_factory.mktemp("feedback") / "course")
-    prepare(course)
-    api = course.api()
+    register_all(course)
+    api = recording_api(course)
     verdicts = {
         (e, k): run(EXERCISES[e], m.impl, hidden=True, seed=3, source="") for _, e, k, m in MISTAKES
     }
@@ -66,7 +68,7 @@ def test_the_partial_score_and_the_diagnosis_reach_the_student(
 ):
     course, verdicts, folder = recorded
     student, verdict = student_id(k), verdicts[(exercise, k)]
-    score = course.cell_scores(student, assignment)[exercise]
+    score = cell_scores(course, student, assignment)[exercise]
     assert score == verdict.score < EXERCISES[exercise].points
     page = html.unescape((folder / student / assignment / f"{assignment}.html").read_text())
     assert mistake.message in page

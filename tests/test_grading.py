@@ -11,14 +11,27 @@ import pytest
 
 from grader.autograde import autograde
 from grader.checks import EXERCISES
-from grader.config import SOLUTIONS, assignments, fresh_seed
 from grader.course import Course, Results, grade_id, notebook_path
-from grader.demo import PROFILES, expected_scores, write_class
-from grader.lms import points_header
-from grader.notebook import Submission, answer_source, exercises_of, make_inert, source_notebook
-from grader.report import leaks_hidden_tests, max_scores, scores, write_csv, write_feedback
-from grader.sandbox import Sandbox, available
-from grader.submission import Limits, grade_submissions
+from grader.course.config import SOLUTIONS, assignments, fresh_seed
+from grader.course.intake import (
+    Submission,
+    answer_source,
+    exercises_of,
+    make_inert,
+    source_notebook,
+)
+from grader.gradebook.lms import points_header
+from grader.gradebook.records import cell_scores
+from grader.grading.grade import Limits, grade_submissions
+from grader.grading.sandbox import Sandbox, available
+from grader.publish.feedback import (
+    leaks_hidden_tests,
+    max_scores,
+    scores,
+    write_csv,
+    write_feedback,
+)
+from grader.release.demo import PROFILES, expected_scores, write_class
 
 LIMITS = Limits(wall_seconds=10)  # the looping student costs this much per notebook
 
@@ -46,7 +59,7 @@ def feedback_text(course: Course, student: str, assignment: str) -> str:
 def test_each_sample_student_gets_exactly_its_expected_per_cell_score(graded, student, assignment):
     _, course, _ = graded
     expected = expected_scores()[(student, assignment)]
-    assert course.cell_scores(student, assignment) == expected, PROFILES[student].description
+    assert cell_scores(course, student, assignment) == expected, PROFILES[student].description
 
 
 def test_no_submission_failed_to_record(graded):

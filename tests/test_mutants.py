@@ -1,7 +1,7 @@
 """The mutation score of the checks, on a fixed sample of mutants (bench/mutants.py has all),
 and the holdout: wrong answers written by hand as students write them (tests/wrong_answers).
 
-Each mutant changes one place of a solution cell (grader/checks/mutation.py). Every mutant that
+Each mutant changes one place of a solution cell (bench/mutation.py). Every mutant that
 is not equivalent to the solution must lose points, and most must get a specific diagnosis: a
 known mistake named, a property of a correct output explained, or its own exception shown. The
 same holds for every hand-written wrong answer, and the feedback of one marked
@@ -11,15 +11,19 @@ same holds for every hand-written wrong answer, and the feedback of one marked
 from __future__ import annotations
 
 import random
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from grader.checks import EXERCISES, mutation
+from grader.checks import EXERCISES
 from grader.checks.core import Check, Exercise
-from grader.checks.mutation import equivalent, judge_mutant, mutants
-from grader.sandboxed.probe import load_answer
+from grader.grading.sandboxed.probe import load_answer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import mutation
+from mutation import equivalent, judge_mutant, mutants
 
 SAMPLE = 80  # of ~560 mutants; the whole set takes ~100 s (bench/mutants.py)
 SPECIFIC = 0.95  # this sample measures 74 of 75, all mutants 690 of 696 (docs/mutants.md)

@@ -25,11 +25,11 @@ import pytest
 import grader.reference
 import norm_utils
 from grader.checks import EXERCISES, run
-from grader.config import RELEASE, assignments
 from grader.course import notebook_path
-from grader.notebook import answer_source, setup_code, source_notebook
-from grader.sandboxed.probe import load_answer
-from grader.submission import grade_notebook
+from grader.course.config import RELEASE, assignments
+from grader.course.intake import answer_source, setup_code, source_notebook
+from grader.grading.grade import grade_notebook
+from grader.grading.sandboxed.probe import load_answer
 from normcheck import check, visible
 from normcheck.integrity import forbidden_uses
 

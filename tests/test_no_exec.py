@@ -1,5 +1,5 @@
-"""Under the runner's seccomp filter (grader/sandboxed/no_exec.py) no route of the standard library
-starts a program, while a fork of the process still works; without it, every route does."""
+"""Under the runner's seccomp filter (grader/grading/sandboxed/no_exec.py) no route of the standard
+library starts a program, while a fork of the process still works; without it, every route does."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.sandboxed import no_exec
+from grader.grading.sandboxed import no_exec
 
 FORK_THEN = """\
 pid = os.fork()

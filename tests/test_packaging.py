@@ -25,11 +25,11 @@ from test_no_answers_for_students import _modules, graded_names, reference_lines
 
 import grader.checks
 from grader.checks import EXERCISES
-from grader.config import REPO, assignments
-from grader.demo import PROFILES, expected_scores, write_class
-from grader.notebook import answer_source, exercises_of, setup_code, source_notebook
-from grader.release import student_wheel
-from grader.sandbox import available, runner_setup
+from grader.course.config import REPO, assignments
+from grader.course.intake import answer_source, exercises_of, setup_code, source_notebook
+from grader.grading.sandbox import available, runner_setup
+from grader.release.demo import PROFILES, expected_scores, write_class
+from grader.release.notebooks import student_wheel
 from normcheck import expected
 
 # Building writes build/ and *.egg-info: the wheel is built from a copy, so the checkout (which
@@ -132,7 +132,7 @@ def test_the_installed_grader_is_the_wheel_not_the_checkout(installed):
     done = installed.run(
         installed.python,
         "-c",
-        "import grader.checks, grader.config as c, norm_utils as n;"
+        "import grader.checks, grader.course.config as c, norm_utils as n;"
         "print(grader.checks.__file__, n.__file__, c.RELEASE)",
     )
     assert done.returncode == 0, done.stderr

@@ -24,10 +24,10 @@ import nbformat
 import pytest
 
 from grader.cli import build_parser
-from grader.config import REPO, assignments
 from grader.course import Layout, fetched_feedback, notebook_path
-from grader.demo import PROFILES, expected_scores, write_class
-from grader.sandbox import available
+from grader.course.config import REPO, assignments
+from grader.grading.sandbox import available
+from grader.release.demo import PROFILES, expected_scores, write_class
 
 GRADER = ".venv/bin/grader"
 FROM_COURSE = "../.venv/bin/"  # the nbgrader course walk runs in the course folder
@@ -144,7 +144,7 @@ def test_the_instructor_commands_run_as_written_in_order(tmp_path):
     assert float(ada[total]) == full > 0
 
 
-DIAGNOSED = "unbiased estimator"  # how the checks name ivy's mistake (grader.demo)
+DIAGNOSED = "unbiased estimator"  # how the checks name ivy's mistake (grader.release.demo)
 
 
 def nbgrader_as(student: str, *argv: str, cwd: Path, exchange: Path) -> None:

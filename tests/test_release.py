@@ -15,10 +15,10 @@ import pytest
 
 import normcheck
 from grader.checks import EXERCISES
-from grader.config import REPO, SOLUTIONS, assignments
 from grader.course import grade_id, grade_id_of_tests, nbgrader_metadata, notebook_path
-from grader.notebook import exercises_of, source_notebook
-from grader.release import stale_files
+from grader.course.config import REPO, SOLUTIONS, assignments
+from grader.course.intake import exercises_of, source_notebook
+from grader.release.notebooks import stale_files
 from normcheck import expected
 from normcheck.expected import DATA
 
@@ -130,8 +130,8 @@ def test_the_checks_generated_as_on_another_cpu_are_the_same(tmp_path):
     """The visible checks computed with PyTorch's kernels without SIMD, MKL's compatible path and
     one thread (04_placement's float64 outputs then move by ~1e-14, as on an Intel CPU) are the
     stored ones: `grader release` there rewrites nothing."""
-    script = "import sys; from pathlib import Path; from grader.release import write_checks; "
-    script += "write_checks(Path(sys.argv[1]))"
+    script = "import sys; from pathlib import Path; "
+    script += "from grader.release.notebooks import write_checks; write_checks(Path(sys.argv[1]))"
     checks = shutil.copytree(DATA, tmp_path / "data")
     before = {p.name: p.read_bytes() for p in checks.iterdir()}
     env = {**os.environ, **PORTABLE_ENV}

@@ -1,7 +1,7 @@
 """The repository stands alone and keeps each convention in one home: what it cites is in the
 repository or public; nbgrader's cell metadata, the course's folders and the test-cell predicate
-are grader.course's alone, time limits and seeds grader.config's; every test asserts something,
-and every function of the grader has a caller."""
+are grader.course's alone, time limits and seeds grader.course.config's; every test asserts
+something, and every function of the grader has a caller."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from grader.config import REPO
+from grader.course.config import REPO
 
 THIS_FILE = "tests/test_repository.py"  # it spells out what the rules look for
-HOME = "grader/course.py"  # the one model of the course
-DEFAULTS = "grader/config.py"  # every time limit, and the seeds
+HOME = "grader/course/layout.py"  # the course's folders
+CELLS = "grader/course/cells.py"  # nbgrader's metadata and the course's cell conventions
+DEFAULTS = "grader/course/config.py"  # every time limit, and the seeds
 
 # Projects whose public issue trackers may be cited by number ("PyTorch issue #74092").
 PUBLIC_PROJECTS = {"pytorch", "torch", "nbgrader", "nbval", "jupyter", "jupyterlab", "bubblewrap"}
@@ -63,11 +64,11 @@ RULES = [
             "cell.metadata.nbgrader.grade_id",
         ),
         keeps=("meta = nbgrader_metadata(cell)", 'resources["nbgrader"]', "grade_id(cell)"),
-        home=HOME,
+        home=CELLS,
     ),
     Rule(
-        "builds a course folder's or an assignment's path by hand (use grader.course's Layout, "
-        "Course or notebook_path)",
+        "builds a course folder's or an assignment's path by hand (use grader.course's "
+        "Layout, Course or notebook_path)",
         re.compile(
             r"/\s*[\"'](?:source|release|submitted|autograded|feedback|staged|results)[\"']"
             r"|/\s*(\w+)\s*/\s*f[\"']\{\1\}\.ipynb[\"']"
@@ -93,11 +94,11 @@ RULES = [
             "def test_cells_are_locked():",
             'box = f"input.score#{grade_id_of_tests(name)}"',
         ),
-        home=HOME,
+        home=CELLS,
     ),
     Rule(
-        "sets a time limit or draws a grading seed of its own (grader.config holds every one: "
-        "EXERCISE_SECONDS and the other limits, fresh_seed, kernel_seed)",
+        "sets a time limit or draws a grading seed of its own (grader.course.config holds every "
+        "one: EXERCISE_SECONDS and the other limits, fresh_seed, kernel_seed)",
         re.compile(
             r"(?i)\b\w*(?:timeout|seconds)\w*\s*(?::\s*\w+\s*)?=\s*\d"
             r"|secrets\.randbits|random\.(?:seed|randint)\(|environ[^\n]*SEED"
@@ -188,7 +189,8 @@ def silent_tests(source: str) -> list[str]:
 def uncalled(sources: dict[str, str]) -> list[str]:
     """The functions and classes defined at the top of a module of grader/ that nothing uses:
     neither read in their module (where no local of that name hides them), nor imported from it
-    or named through it (`grader.lms.LmsCsvExport`) anywhere in `sources` (file name -> text)."""
+    or named through it (`grader.gradebook.lms.LmsCsvExport`) anywhere in `sources` (file name ->
+    text)."""
     found = []
     for path, text in sources.items():
         if not (path.startswith("grader/") and path.endswith(".py")):
@@ -235,7 +237,7 @@ def _locals(function: ast.FunctionDef | ast.Lambda) -> frozenset[str]:
 
 def _names(text: str, module: str, name: str) -> bool:
     """Whether `text` imports `name` from `module` (or, relatively, from `.module`) or names it
-    through it (`grader.sandboxed.record.encode`, `record.encode`)."""
+    through it (`grader.grading.sandboxed.record.encode`, `record.encode`)."""
     last = module.rpartition(".")[2]
     if re.search(rf"\b(?:{re.escape(module)}|{last})\.{name}\b", text):
         return True

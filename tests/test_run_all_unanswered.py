@@ -19,9 +19,9 @@ import pytest
 from nbclient import NotebookClient
 
 from grader.checks import EXERCISES, run
-from grader.config import RELEASE, assignments
 from grader.course import is_test_cell, notebook_path
-from grader.notebook import setup_code, source_notebook
+from grader.course.config import RELEASE, assignments
+from grader.course.intake import setup_code, source_notebook
 
 NOT_IMPLEMENTED = "not implemented yet"
 

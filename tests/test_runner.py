@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grader.config import SOLUTIONS
 from grader.course import notebook_path
-from grader.sandbox import RUNNER_MODULE, SANDBOXED
-from grader.sandboxed import record
-from grader.submission import grade_notebook
+from grader.course.config import SOLUTIONS
+from grader.grading.grade import grade_notebook
+from grader.grading.sandbox import RUNNER_MODULE, SANDBOXED
+from grader.grading.sandboxed import record
 
 ALLOWED = set(sys.stdlib_module_names) | {"numpy", "torch"}
 ASSIGNMENT = "01_layer_norm"

@@ -20,12 +20,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-import grader.sandbox
-from grader.config import REPO, SOLUTIONS
+import grader.grading.sandbox
 from grader.course import ExerciseResult, answer_cell, notebook_path
-from grader.notebook import Submission
-from grader.prestarted import prestarted
-from grader.sandbox import (
+from grader.course.config import REPO, SOLUTIONS
+from grader.course.intake import Submission
+from grader.grading.grade import grade_submissions
+from grader.grading.prestarted import prestarted
+from grader.grading.sandbox import (
     RUNNER_MODULE,
     Sandbox,
     SandboxUnavailable,
@@ -33,7 +34,6 @@ from grader.sandbox import (
     available,
     symlinks_met,
 )
-from grader.submission import grade_submissions
 
 ORDINARY_USER = 4242  # no passwd entry is needed
 needs_bwrap = pytest.mark.skipif(not available(), reason="bubblewrap is not installed")
@@ -41,10 +41,10 @@ as_root = pytest.mark.skipif(os.geteuid() != 0, reason="only root can drop to an
 
 # One notebook graded in the sandbox, by whatever interpreter runs this.
 GRADE_ONE = """
-from grader.config import SOLUTIONS
+from grader.course.config import SOLUTIONS
 from grader.course import notebook_path
-from grader.sandbox import Sandbox
-from grader.submission import grade_notebook
+from grader.grading.sandbox import Sandbox
+from grader.grading.grade import grade_notebook
 
 path = notebook_path(SOLUTIONS, "01_layer_norm")
 results = grade_notebook(path, "01_layer_norm", seed=0, sandbox=Sandbox())
@@ -160,7 +160,7 @@ def test_a_venv_closed_to_others_is_refused_naming_it_and_the_fix(tmp_path):
     venv = tmp_path / "venv"
     python = make_venv(venv, [])
     venv.chmod(0o700)
-    done = run_python(python, "from grader.sandbox import Sandbox; Sandbox()", tmp_path)
+    done = run_python(python, "from grader.grading.sandbox import Sandbox; Sandbox()", tmp_path)
     message = done.stderr.strip().splitlines()[-1]
     assert "the sandboxed runner cannot start, so every student would score 0" in message
     assert f"{venv} (mode 700)" in message
@@ -195,13 +195,13 @@ def test_the_grader_is_neither_loaded_nor_importable_in_the_sandbox(tmp_path):
 @needs_bwrap
 def test_a_runner_that_cannot_start_is_refused_with_the_reason(monkeypatch):
     # Leaving the course's reference out stands for anything the runner needs and cannot see.
-    shown = grader.sandbox.visible_paths
+    shown = grader.grading.sandbox.visible_paths
 
     def without_the_reference(keys):
         visible, masked = shown(keys)
         return [p for p in visible if p != REPO / "norm_utils"], masked
 
-    monkeypatch.setattr(grader.sandbox, "visible_paths", without_the_reference)
+    monkeypatch.setattr(grader.grading.sandbox, "visible_paths", without_the_reference)
     with pytest.raises(SandboxUnavailable) as refused:
         Sandbox()
     message = str(refused.value)
@@ -214,7 +214,7 @@ def test_a_runner_that_cannot_start_is_refused_with_the_reason(monkeypatch):
 def test_an_answer_key_inside_a_folder_the_runner_sees_is_refused(monkeypatch):
     # As when the checkout lies in the virtualenv (pip install -e git+...: <venv>/src/<name>).
     monkeypatch.setattr(
-        grader.sandbox, "visible_paths", lambda keys: ([Path("/usr"), REPO.parent], [])
+        grader.grading.sandbox, "visible_paths", lambda keys: ([Path("/usr"), REPO.parent], [])
     )
     answer_key = REPO / "solutions"
     with pytest.raises(SandboxUnavailable, match=f"the answer key {answer_key} lies inside"):

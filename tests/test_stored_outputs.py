@@ -9,8 +9,8 @@ import tomllib
 import pytest
 from nbval.plugin import find_comment_markers, find_metadata_tags, get_sanitize_patterns
 
-from grader.config import REPO, assignments
-from grader.notebook import source_notebook
+from grader.course.config import REPO, assignments
+from grader.course.intake import source_notebook
 
 # The course notes' worked examples, as the solutions print them: exact on any CPU.
 NOTES_EXAMPLES = {

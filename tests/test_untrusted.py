@@ -9,7 +9,7 @@ from pathlib import Path, PurePath
 
 import pytest
 
-from grader.untrusted import Refused, read_below
+from grader.course.untrusted import Refused, read_below
 
 NOTEBOOK = PurePath("ann", "01", "01.ipynb")
 

@@ -20,19 +20,19 @@ import threading
 from typing import Any
 
 from grader.checks.core import Exercise, Prepared, Verdict, judge, prepare
-from grader.config import kernel_seed
-from normcheck import CheckFailed, check, run_answer, source_of
+from grader.course.config import kernel_seed
+from normcheck import run_answer, source_of
 
-__all__ = ["EXERCISES", "CheckFailed", "check", "grade", "prepared", "rubric", "run", "source_of"]
+__all__ = ["EXERCISES", "grade", "prepared", "rubric", "run"]
 
 
 # The check modules, found rather than listed: every module of this package that exports
 # EXERCISES (one or more per notebook); an exercise's name is unique course-wide. A new notebook's
-# checks need only a new module. `mutation` is left out: it grades through this package's `run`.
+# checks need only a new module.
 def _discover() -> dict[str, Exercise]:
     found: dict[str, Exercise] = {}
     for module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-        if module == "mutation" or module.startswith("_"):
+        if module.startswith("_"):
             continue
         for exercise in getattr(importlib.import_module(f"{__name__}.{module}"), "EXERCISES", ()):
             if exercise.name in found:

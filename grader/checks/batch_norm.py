@@ -54,7 +54,7 @@ from grader.checks.core import (
 from grader.checks.inputs import judging
 from grader.checks.library import NORMALIZATIONS, forbid
 from grader.checks.variants import with_affine
-from grader.sandboxed.probes import (
+from grader.grading.sandboxed.probes import (
     probe_batch_norm,
     probe_predict,
     probe_torch_momentum,

@@ -25,8 +25,8 @@ import numpy as np
 
 from grader.checks.backward import backward_edges, backward_exercise
 from grader.checks.core import Arrays, Structure, hidden, slip, visible
+from grader.grading.sandboxed.probes import probe_batch_norm_backward
 from grader.reference import functional as ref
-from grader.sandboxed.probes import probe_batch_norm_backward
 from normcheck.gradients import BATCH_NORM_BACKWARD as BACKWARD_PROPERTIES
 
 

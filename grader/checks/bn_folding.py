@@ -31,8 +31,8 @@ import torch
 
 from grader.checks.core import Arrays, Exercise, hidden, slip, visible
 from grader.checks.library import BN_FOLDING, NORMALIZATIONS, forbid
+from grader.grading.sandboxed.probes import probe_fold
 from grader.reference.fusion import fold_batch_norm
-from grader.sandboxed.probes import probe_fold
 from normcheck.folding import FOLD_PROPERTIES
 
 

@@ -22,7 +22,7 @@ from grader.checks.core import WIDE, Arrays, Exercise, Structure, hidden, slip, 
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, forbid
 from grader.checks.variants import standardized, with_affine
-from grader.sandboxed.probes import probe_group_norm
+from grader.grading.sandboxed.probes import probe_group_norm
 from normcheck.properties import GROUP_NORM_SETS
 
 

@@ -33,5 +33,5 @@ def with_spread(
 
 def judging(part: str, case: Case) -> Case:
     """`case`, of which the probe keeps only `part` (its outputs, its running statistics, its
-    evaluation: `grader.sandboxed.probes.judged`), so that part earns its own points."""
+    evaluation: `grader.grading.sandboxed.probes.judged`), so that part earns its own points."""
     return lambda rng: case(rng) | {"judged": np.array(part)}

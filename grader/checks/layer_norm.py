@@ -30,9 +30,9 @@ from grader.checks.core import WIDE, Arrays, Exercise, Structure, hidden, slip, 
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, VARIANCE, forbid
 from grader.checks.variants import standardized, variance_of, with_affine
+from grader.grading.sandboxed.probe import trailing_dims
+from grader.grading.sandboxed.probes import probe_backward, probe_layer_norm, probe_var
 from grader.reference import functional as ref
-from grader.sandboxed.probe import trailing_dims
-from grader.sandboxed.probes import probe_backward, probe_layer_norm, probe_var
 from normcheck.gradients import LAYER_NORM_BACKWARD as BACKWARD_PROPERTIES
 from normcheck.properties import LAYER_NORM_ROWS, variance
 

@@ -9,7 +9,7 @@ normalization exercise forbids all of `NORMALIZATIONS`.
 Each family lists the library's code three ways, for the two places that enforce it:
 
 - `operators`: PyTorch dispatcher operators (every overload, forward and backward), blocked in
-  the exercise's process by `grader.sandboxed.blocking` whatever the route to them;
+  the exercise's process by `grader.grading.sandboxed.blocking` whatever the route to them;
 - `python`: pure-Python implementations (torch's decompositions and references, the course's
   public and private), poisoned there too;
 - `names`: what the static scan refuses in the answer's text: the above by their last name,

@@ -33,9 +33,9 @@ from torch import nn
 
 from grader.checks.core import FLOAT64, Arrays, Check, Exercise, Mistake, Structure, hidden, visible
 from grader.checks.library import LIBRARY_BLOCKS, LIBRARY_STACKS, forbid
+from grader.grading.sandboxed import probes
+from grader.grading.sandboxed.probes import probe_block, probe_stack
 from grader.reference.blocks import PostLNBlock, PreLNBlock
-from grader.sandboxed import probes
-from grader.sandboxed.probes import probe_block, probe_stack
 from norm_utils.blocks import Encoder
 from normcheck.structure import (
     ENCODER_PROPERTIES,

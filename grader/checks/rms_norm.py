@@ -23,7 +23,7 @@ from grader.checks.core import Arrays, Exercise, Structure, hidden, slip, visibl
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, forbid
 from grader.checks.variants import root
-from grader.sandboxed.probes import probe_rms_norm
+from grader.grading.sandboxed.probes import probe_rms_norm
 from normcheck.properties import RMS_NORM_ROWS
 
 

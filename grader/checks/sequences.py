@@ -31,8 +31,8 @@ from grader.checks.core import Arrays, Exercise, Structure, hidden, slip, visibl
 from grader.checks.inputs import judging
 from grader.checks.library import MASKED_MEAN, NORMALIZATIONS, SEQUENCE_MASKS, forbid
 from grader.checks.variants import with_affine
+from grader.grading.sandboxed.probes import probe_mask, probe_masked_bn, probe_pool
 from grader.reference import masking as ref
-from grader.sandboxed.probes import probe_mask, probe_masked_bn, probe_pool
 from normcheck.properties import MASKED_BATCH_NORM, MASKED_RUNNING, zero_padding
 
 

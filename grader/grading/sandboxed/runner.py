@@ -1,7 +1,7 @@
 """The only process in which a student's code runs while grading.
 
 Started as `python -P -m sandboxed.runner` in the sandbox, where this package is all there is of
-`grader`, and as `python -P -m grader.sandboxed.runner` without one (`-P`: the job's folder,
+`grader`, and as `python -P -m grader.grading.sandboxed.runner` without one (`-P`: the job's folder,
 its working directory, is not on `sys.path`).
 
 The job comes on stdin as frames (see `record`): first what to run (each exercise's name, the
@@ -53,7 +53,7 @@ from .probe import StudentError, Task, call, load_answer, tripwires
 from .probes import PROBES
 
 MB = 1 << 20
-# Read once, before any student code runs: set by grader.sandbox's bubblewrap command line.
+# Read once, before any student code runs: set by grader.grading.sandbox's bubblewrap command line.
 IN_SANDBOX = os.environ.get("GRADER_SANDBOX") == "1"
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
 _LIBC = ctypes.CDLL(None, use_errno=True)

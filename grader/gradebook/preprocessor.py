@@ -1,12 +1,12 @@
-"""Our steps inside nbgrader's own pipelines (configured by `grader.course.Course.config`).
+"""Our step inside nbgrader's own autograde (configured by `grader.gradebook.config`).
 
-`InjectResults` takes the place of nbgrader's `Execute` in autograde: instead of running the
-student's notebook in a kernel, it writes into each test cell the outputs the trusted grader
-computed (the feedback text and the partial score), so `SaveAutoGrades`, formgrader, feedback
-and export work unchanged. No student code runs in nbgrader's process: when nbgrader's own
-`autograde` (or formgrader's Autograde button) records a notebook the course has no result for,
-or whose result was graded from other bytes, the notebook is graded first, in the sandbox, by
-the same checks as `grader autograde`.
+`InjectResults` takes the place of nbgrader's `Execute`: instead of running the student's
+notebook in a kernel, it writes into each test cell the outputs the trusted grader computed (the
+feedback text and the partial score), so `SaveAutoGrades`, formgrader, feedback and export work
+unchanged. No student code runs in nbgrader's process: when nbgrader's own `autograde` (or
+formgrader's Autograde button) records a notebook the course has no result for, or whose result
+was graded from other bytes, `grader.autograde.GradeThenInject` grades it first, in the sandbox,
+by the same checks as `grader autograde`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from grader.course import (
     exercise_of_test,
     grade_id,
     is_test_cell,
-    notebook_path,
     results_file,
 )
 
@@ -41,8 +40,6 @@ class InjectResults(NbGraderPreprocessor):
 
     def preprocess(self, nb: NotebookNode, resources: dict):
         info = resources["nbgrader"]
-        if not self.graded_now:
-            self._grade_unless_current(info["student"], info["assignment"])
         path = results_file(Path(self.results_dir), info["student"], info["assignment"])
         results = Results.load(path).by_name()
         for cell in nb.cells:
@@ -67,11 +64,3 @@ class InjectResults(NbGraderPreprocessor):
                 ),
             ]
         return nb, resources
-
-    def _grade_unless_current(self, student: str, assignment: str) -> None:
-        """Grade the submitted notebook in the sandbox unless its stored result was graded
-        from these very bytes (and this answer key)."""
-        from grader.autograde import grade_submission  # autograde configures this step
-
-        submission = notebook_path(Path(self.submissions_dir) / student, assignment)
-        grade_submission(Path(self.results_dir).parent, student, assignment, submission)

@@ -25,10 +25,11 @@ from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.preprocessors import ClearHiddenTests
 from traitlets.config import Config
 
-from grader.autograde import EXCHANGE_FILES
-from grader.config import assignments
-from grader.course import Course, cell_grades, grade_id, nbgrader_metadata
-from grader.lms import LmsCsvExport
+from grader.course import EXCHANGE_FILES, Course, grade_id, nbgrader_metadata
+from grader.course.config import assignments
+from grader.gradebook.config import gradebook_url
+from grader.gradebook.lms import LmsCsvExport
+from grader.gradebook.records import cell_grades
 
 HIDDEN_REGION = re.compile(r"BEGIN HIDDEN TESTS|END HIDDEN TESTS|grade\(")
 
@@ -36,7 +37,7 @@ HIDDEN_REGION = re.compile(r"BEGIN HIDDEN TESTS|END HIDDEN TESTS|grade\(")
 def scores(course: Course, students: list[str]) -> dict[str, dict[str, float]]:
     """Each student's score per assignment, as nbgrader's gradebook records it (0 if absent)."""
     table: dict[str, dict[str, float]] = {}
-    with Gradebook(course.api().coursedir.db_url) as gradebook:
+    with Gradebook(gradebook_url(course)) as gradebook:
         for student in students:
             row = {}
             for assignment in assignments():
@@ -49,14 +50,14 @@ def scores(course: Course, students: list[str]) -> dict[str, dict[str, float]]:
 
 
 def max_scores(course: Course) -> dict[str, float]:
-    with Gradebook(course.api().coursedir.db_url) as gradebook:
+    with Gradebook(gradebook_url(course)) as gradebook:
         return {a: gradebook.find_assignment(a).max_score for a in assignments()}
 
 
 def write_csv(course: Course, path: Path, students: list[str] = ()) -> Path:
-    """The gradebook as an LMS imports it (`grader.lms.LmsCsvExport`): every student of the
-    roster, or only `students`."""
-    with Gradebook(course.api().coursedir.db_url) as gradebook:
+    """The gradebook as an LMS imports it (`grader.gradebook.lms.LmsCsvExport`): every student of
+    the roster, or only `students`."""
+    with Gradebook(gradebook_url(course)) as gradebook:
         LmsCsvExport(to=str(path), student=list(students)).export(gradebook)
     return path
 
@@ -90,7 +91,7 @@ def feedback_pages(course: Course, students: list[str]) -> list[Page]:
     """Every student × notebook that was autograded, with its grades, read in one gradebook
     session (an assignment never graded has nothing to give feedback on)."""
     pages = []
-    with Gradebook(course.api().coursedir.db_url) as gradebook:
+    with Gradebook(gradebook_url(course)) as gradebook:
         for assignment in assignments():
             for student in students:
                 notebook = course.autograded_notebook(student, assignment)

@@ -15,19 +15,20 @@ from pathlib import Path, PurePath
 
 import bleach
 import nbformat
-from nbgrader.utils import is_solution
 
-from grader.checks import EXERCISES
-from grader.config import SOLUTIONS
 from grader.course import (
     SETUP_ID,
     answer_cell,
     grade_id,
+    grade_id_of_tests,
+    is_solution,
+    is_test_cell,
     nbgrader_metadata,
     notebook_path,
     set_nbgrader_metadata,
 )
-from grader.untrusted import read_below
+from grader.course.config import SOLUTIONS
+from grader.course.untrusted import read_below
 
 MAX_NOTEBOOK_BYTES = 20 << 20  # a course notebook with its plots is well under 1 MB
 
@@ -38,8 +39,10 @@ def source_notebook(assignment: str, folder: Path = SOLUTIONS) -> nbformat.Noteb
 
 
 def exercises_of(notebook: nbformat.NotebookNode) -> list[str]:
-    """The graded exercises of a (source) notebook, in order."""
-    return [grade_id(c) for c in notebook.cells if grade_id(c) in EXERCISES]
+    """The graded exercises of a (source) notebook, in order: the cells with a test cell of
+    their own."""
+    tests = {grade_id(c) for c in notebook.cells if is_test_cell(c)}
+    return [grade_id(c) for c in notebook.cells if grade_id_of_tests(grade_id(c)) in tests]
 
 
 def setup_code(notebook: nbformat.NotebookNode) -> str:

@@ -1,5 +1,5 @@
 """Pre-started runners: Python, torch and the notebooks' imports started once per worker, and a
-fresh sandbox forked from it for every student (the sandbox side: grader.sandboxed.zygote).
+fresh sandbox forked from it for every student (the sandbox side: grader.grading.sandboxed.zygote).
 
 Only when grading as root: the pre-started runner keeps root's capabilities in its bubblewrap
 sandbox to make each student's namespaces, mounts and uid. As an ordinary user every student's
@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from grader.config import PRESTART_KILLED_SECONDS, PRESTART_SECONDS
-from grader.sandbox import SANDBOX_ENV, Sandbox, runner_env, setup_cells
+from grader.course.config import PRESTART_KILLED_SECONDS, PRESTART_SECONDS
+from grader.grading.sandbox import SANDBOX_ENV, Sandbox, runner_env, setup_cells
 
 TAIL_CHARS = 300
 
@@ -67,7 +67,7 @@ class Prestarted:
     def run(self, job: Path, frames: bytes, timeout: float, track) -> tuple[bytes, bytes]:
         """A runner for the job folder `job` (in `root`), in a sandbox of its own, fed `frames`
         on its stdin and killed after `timeout` seconds; its stdout and stderr. `track`: the
-        context manager that registers its kill for a stop (grader.submission.RUNNERS.track)."""
+        context manager that registers its kill for a stop (grader.grading.grade.RUNNERS.track)."""
         env = runner_env(job) | SANDBOX_ENV
         request = {"job": job.name, "uid": self.sandbox.uid_for(job), "env": env}
         stdin, stdout, stderr, lifeline = os.pipe(), os.pipe(), os.pipe(), os.pipe()

@@ -17,8 +17,15 @@ from pathlib import Path
 from nbgrader.apps import NbGraderAPI
 
 from grader.checks import EXERCISES, prepared
-from grader.config import RELEASE, REPO, SOLUTIONS, assignments, course_config, use_this_environment
-from grader.notebook import exercises_of, source_notebook
+from grader.course.config import (
+    RELEASE,
+    REPO,
+    SOLUTIONS,
+    assignments,
+    course_config,
+    use_this_environment,
+)
+from grader.course.intake import exercises_of, source_notebook
 from normcheck import expected
 
 
@@ -114,7 +121,7 @@ STUDENT_DISTRIBUTION = "normalization_course_student"
 # which import each other relatively), and the demos' package.
 _STUDENT_FILES = {
     "normcheck": ("normcheck", ("*.py", "data/*.json", "data/*.npz")),
-    "normcheck/sandboxed": ("grader/sandboxed", ("__init__.py", "probe.py", "probes.py")),
+    "normcheck/sandboxed": ("grader/grading/sandboxed", ("__init__.py", "probe.py", "probes.py")),
     "norm_utils": ("norm_utils", ("*.py",)),
 }
 _REQUIREMENTS = ("torch", "numpy", "matplotlib")

@@ -1,10 +1,10 @@
 """nbgrader plugins for what a learning management system (LMS) gives and takes.
 
-- `LmsCsvExport`, an export plugin: ``nbgrader export --exporter grader.lms.LmsCsvExport
+- `LmsCsvExport`, an export plugin: ``nbgrader export --exporter grader.gradebook.lms.LmsCsvExport
   [--to grades.csv]`` writes the gradebook as an LMS imports it (`grader export` uses it).
 - `ResubmissionCollector`, a zip_collect plugin: ``nbgrader zip_collect ASSIGNMENT
-  --collector grader.lms.ResubmissionCollector`` reads the file names of an LMS's submission
-  download, where a resubmitted notebook is renamed ``01_layer_norm-1.ipynb``,
+  --collector grader.gradebook.lms.ResubmissionCollector`` reads the file names of an LMS's
+  submission download, where a resubmitted notebook is renamed ``01_layer_norm-1.ipynb``,
   ``01_layer_norm-2.ipynb``...: the latest one is the student's submission, and the log says
   which it took over which.
 """

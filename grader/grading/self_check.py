@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader.config import assignments
-from grader.submission import grade_notebook
+from grader.course.config import assignments
+from grader.grading.grade import grade_notebook
 
 
 def assignment_of(path: Path) -> str:

@@ -5,10 +5,10 @@ programs and libraries (/usr, and /bin, /lib... as the distribution lays them ou
 loader's few files in /etc, the Python installation, every folder on the runner's `sys.path` and
 every package student code may import (norm_utils, torch, numpy, matplotlib), wherever they
 really are (a virtualenv in a private home, a symlinked interpreter, an editable install), the
-runner's own package `grader.sandboxed` (as the top-level package `sandboxed`, at RUNNER_ROOT),
-plus a private /dev, /proc and /tmp. Nothing else of the host exists there: not the rest of
-`grader` (its checks, their references and known mistakes; where `grader` lies in a folder that
-is shown, such as an installed wheel's site-packages, an empty folder covers it), not the homes
+runner's own package `grader.grading.sandboxed` (as the top-level package `sandboxed`, at
+RUNNER_ROOT), plus a private /dev, /proc and /tmp. Nothing else of the host exists there: not the
+rest of `grader` (its checks, their references and known mistakes; where `grader` lies in a folder
+that is shown, such as an installed wheel's site-packages, an empty folder covers it), not the homes
 around those folders, not the course folder (even one created after the sandbox), not the other
 submissions, not the checkout around the course's packages (which holds the answer key; should
 the answer key lie inside a folder the runner needs, the sandbox refuses to start). It also has
@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from grader.config import REPO, SANDBOX_TMP_BYTES, SOLUTIONS, assignments
+from grader.course.config import REPO, SANDBOX_TMP_BYTES, SOLUTIONS, assignments
 
 # Above every range that distributions, systemd, container tools and directory services (sssd,
 # FreeIPA) hand out, so no real user's files or keyring are shared; no passwd entry is needed.
@@ -94,8 +94,8 @@ class Sandbox:
             )
         self.source = source
         self.as_root = os.geteuid() == 0
-        # Graded as root, a batch's runners are forked from pre-started ones (grader.prestarted),
-        # kept in `pool` while it is graded.
+        # Graded as root, a batch's runners are forked from pre-started ones
+        # (grader.grading.prestarted), kept in `pool` while it is graded.
         self.prestart = self.as_root
         self.pool = None
         # Seeded from the clock and the pid, so two runs start far apart in the range.
@@ -185,9 +185,9 @@ class Sandbox:
         return [*self._bwrap(job), "--chdir", str(job), *drop, *command]
 
     def prestart_command(self, root: Path) -> list[str]:
-        """The command line of a pre-started runner (see grader.sandboxed.zygote) whose students'
-        job folders are made in `root`: the sandbox of `command`, keeping root's capabilities
-        there to make each student's sandbox afresh. Only as root."""
+        """The command line of a pre-started runner (see grader.grading.sandboxed.zygote) whose
+        students' job folders are made in `root`: the sandbox of `command`, keeping root's
+        capabilities there to make each student's sandbox afresh. Only as root."""
         zygote = [sys.executable, "-P", "-m", PRESTARTED_MODULE, str(root), str(SANDBOX_TMP_BYTES)]
         return [*self._bwrap(root), "--cap-add", "ALL", "--chdir", "/", *zygote]
 
@@ -223,8 +223,9 @@ def runner_env(job: Path) -> dict[str, str]:
 
 
 def runner_package() -> list[str]:
-    """bubblewrap arguments showing `grader.sandboxed`, read-only, as the package `sandboxed` in
-    RUNNER_ROOT (the folders on the way made 0755, as bubblewrap would make them 0700)."""
+    """bubblewrap arguments showing `grader.grading.sandboxed`, read-only, as the package
+    `sandboxed` in RUNNER_ROOT (the folders on the way made 0755, as bubblewrap would make them
+    0700)."""
     folders = [*reversed(RUNNER_ROOT.parents[:-1]), RUNNER_ROOT]
     args = [a for f in folders for a in ("--perms", "0755", "--dir", str(f))]
     return [*args, "--ro-bind", str(SANDBOXED.resolve()), str(RUNNER_ROOT / "sandboxed")]
@@ -248,7 +249,7 @@ def _imports_grader(node: ast.stmt) -> bool:
 
 
 def setup_cells(source: Path) -> list[str]:
-    from grader.notebook import setup_code, source_notebook  # it needs the checks: import late
+    from grader.course.intake import setup_code, source_notebook  # it needs the checks: import late
 
     return [runner_setup(setup_code(source_notebook(a, source))) for a in assignments()]
 

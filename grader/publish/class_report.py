@@ -19,9 +19,9 @@ from pathlib import Path
 from matplotlib.figure import Figure  # no pyplot: no display backend, no global state
 from nbgrader.api import Gradebook, MissingEntry
 
-from grader.autograde import UNJUDGED
-from grader.config import assignments
-from grader.course import Course, ExerciseResult, Results
+from grader.course import UNJUDGED, Course, ExerciseResult, Results
+from grader.course.config import assignments
+from grader.gradebook.config import gradebook_url
 
 TOP_MISTAKES = 5
 
@@ -71,7 +71,7 @@ def mistakes_in(exercise: ExerciseResult) -> list[str]:
 def notebook_scores(course: Course, assignment: str, students: list[str]) -> tuple[list, float]:
     """The recorded score of each student who handed `assignment` in, and its points."""
     scores = []
-    with Gradebook(course.api().coursedir.db_url) as gradebook:
+    with Gradebook(gradebook_url(course)) as gradebook:
         points = gradebook.find_assignment(assignment).max_score
         for student in students:
             try:

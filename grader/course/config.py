@@ -11,10 +11,10 @@ from traitlets.config import Config
 
 # The folder holding the packages: a checkout (solutions/ and notebooks/ beside them), or the
 # site-packages of an installed wheel, which holds neither.
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # The student release ships inside the wheel (pyproject.toml maps notebooks/ to grader/notebooks):
 # `grader check` reads its exercises and imports cell there. It holds no answers.
-_PACKAGED_RELEASE = Path(__file__).resolve().parent / "notebooks"
+_PACKAGED_RELEASE = Path(__file__).resolve().parents[1] / "notebooks"
 RELEASE = _PACKAGED_RELEASE if _PACKAGED_RELEASE.is_dir() else REPO / "notebooks"
 # The course source graded against unless another is named (`--source`): a checkout's; an
 # installed wheel holds none.
@@ -27,15 +27,15 @@ EXERCISE_SECONDS = 60.0
 DEMO_EXERCISE_SECONDS = 15.0
 # What a runner may take beyond its exercises' time (start-up, imports) before it is killed.
 RUNNER_GRACE_SECONDS = 60.0
-# Per exercise, in the runner's forked child (grader.submission.Limits).
+# Per exercise, in the runner's forked child (grader.grading.grade.Limits).
 EXERCISE_MEMORY_MB = 3000  # torch needs ~1 GB of address space to import
 EXERCISE_CPU_SECONDS = 60
 EXERCISE_FILE_MB = 64
 # Per sandbox uid: processes and threads a student's code may hold.
 SANDBOX_PROCESSES = 64
 SANDBOX_TMP_BYTES = 256 << 20  # the sandbox's private /tmp
-# A worker's pre-started runner (grader.prestarted): Python, torch and the imports cells, on a
-# loaded machine; and the wait for a killed student's sandbox to be gone, its pipes closed.
+# A worker's pre-started runner (grader.grading.prestarted): Python, torch and the imports cells, on
+# a loaded machine; and the wait for a killed student's sandbox to be gone, its pipes closed.
 PRESTART_SECONDS = 120
 PRESTART_KILLED_SECONDS = 10
 # Seconds nbgrader's own Execute may run one cell (`nbgrader autograde`, `nbgrader validate`).

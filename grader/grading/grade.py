@@ -1,8 +1,8 @@
 """Grade one submitted notebook: plan the checks here, run the answers in the runner, judge here.
 
 The runner gets its job on its stdin and sends each exercise's result on its stdout (see
-grader.sandboxed.runner); nothing is read back from a file. Only plain arrays cross back (an .npz
-read with allow_pickle=False, and a small JSON object); the comparison with the reference and
+grader.grading.sandboxed.runner); nothing is read back from a file. Only plain arrays cross back (an
+.npz read with allow_pickle=False, and a small JSON object); the comparison with the reference and
 the score happen in this process.
 
 A runner that fails for a reason of the grader's (it cannot start or read its job, fork, the
@@ -26,7 +26,8 @@ from pathlib import Path
 
 from grader.checks import EXERCISES, prepared
 from grader.checks.core import Exercise, Outputs, StudentError, Verdict, judge
-from grader.config import (
+from grader.course import Diagnosis, ExerciseResult
+from grader.course.config import (
     EXERCISE_CPU_SECONDS,
     EXERCISE_FILE_MB,
     EXERCISE_MEMORY_MB,
@@ -35,11 +36,10 @@ from grader.config import (
     RUNNER_GRACE_SECONDS,
     SOLUTIONS,
 )
-from grader.course import Diagnosis, ExerciseResult
-from grader.notebook import Submission
-from grader.prestarted import Prestarted, PrestartFailed
-from grader.sandbox import RUNNER_MODULE, Sandbox, runner_env, runner_setup
-from grader.sandboxed import record
+from grader.course.intake import Submission
+from grader.grading.prestarted import Prestarted, PrestartFailed
+from grader.grading.sandbox import RUNNER_MODULE, Sandbox, runner_env, runner_setup
+from grader.grading.sandboxed import record
 from normcheck.integrity import forbidden_uses, integrity_message
 
 TAIL_CHARS = 300  # of a failed runner's stderr, to name the cause
@@ -165,7 +165,7 @@ def run_job(
     if RUNNERS.stopping.is_set():
         raise Stopped("the grader was stopped")
     timeout = limits.wall_seconds * max(cases, 1) + RUNNER_GRACE_SECONDS
-    module = "grader.sandboxed.runner" if sandbox is None else RUNNER_MODULE
+    module = "grader.grading.sandboxed.runner" if sandbox is None else RUNNER_MODULE
     command = [sys.executable, "-P", "-m", module]
     if prestarted is not None:
         try:
@@ -188,7 +188,7 @@ def run_job(
 
 
 def _messages(out: bytes) -> tuple[list[str], dict[str, bytes], str]:
-    """The runner's stdout read as its protocol (see grader.sandboxed.runner): the exercises
+    """The runner's stdout read as its protocol (see grader.grading.sandboxed.runner): the exercises
     started, the result frame of each one done, and the fault it reported ('' if none). A
     result cut short (the runner was killed while sending it) is no result."""
     started, results, at = [], {}, 0

@@ -18,9 +18,9 @@ import nbformat
 from nbgrader.utils import is_solution
 
 from grader.checks import EXERCISES
-from grader.config import RELEASE, assignments
 from grader.course import SETUP_ID, answer_cell, grade_id, is_test_cell, notebook_path
-from grader.notebook import exercises_of, source_notebook
+from grader.course.config import RELEASE, assignments
+from grader.course.intake import exercises_of, source_notebook
 
 Notebook = nbformat.NotebookNode
 

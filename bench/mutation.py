@@ -22,9 +22,9 @@ import numpy as np
 
 from grader.checks import EXERCISES, run
 from grader.checks.core import Arrays, Exercise, Outputs, StudentError, Verdict, plan
-from grader.config import assignments
-from grader.notebook import answer_source, exercises_of, setup_code, source_notebook
-from grader.sandboxed.probe import call, load_answer
+from grader.course.config import assignments
+from grader.course.intake import answer_source, exercises_of, setup_code, source_notebook
+from grader.grading.sandboxed.probe import call, load_answer
 
 _SWAPPED_OPS = {
     ast.Add: ast.Sub,

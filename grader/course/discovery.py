@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader.config import assignments
 from grader.course import Layout
+from grader.course.config import assignments
 
 EXPECTED = "<student>/<assignment>/<assignment>.ipynb"
 TOOL_FOLDERS = {"__MACOSX", "__pycache__"}  # a zip's resource forks, Python's byte code

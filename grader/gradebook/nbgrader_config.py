@@ -9,12 +9,13 @@ release_feedback, export, formgrader in JupyterLab started here) and for `grader
 
 from pathlib import Path
 
-from grader.config import use_this_environment
 from grader.course import Course, Layout
+from grader.course.config import use_this_environment
+from grader.gradebook.config import nbgrader_config
 
 use_this_environment()  # nbgrader runs `alembic` by name: this environment's, unactivated
 course = Path(__file__).resolve().parent
 c = get_config()  # noqa: F821 (injected by traitlets)
-c.merge(Course(course, Layout.of(course).source).config())  # the answer key: its own source/
+c.merge(nbgrader_config(Course(course, Layout.of(course).source)))  # answer key: its source/
 # Where students fetch and submit (nbgrader's default: /srv/nbgrader/exchange):
 # c.Exchange.root = "/srv/nbgrader/exchange"

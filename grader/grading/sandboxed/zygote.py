@@ -1,8 +1,8 @@
 """A runner started once per worker: Python, torch and the notebooks' imports paid once, then a
 fresh sandbox forked from it for every student.
 
-Started by grader.sandbox (`Sandbox.prestart_command`) as `python -P -m sandboxed.zygote ROOT
-TMP_BYTES` in a bubblewrap sandbox like a runner's, except that it keeps root's capabilities
+Started by grader.grading.sandbox (`Sandbox.prestart_command`) as `python -P -m sandboxed.zygote
+ROOT TMP_BYTES` in a bubblewrap sandbox like a runner's, except that it keeps root's capabilities
 there (it runs no student code: only this module, the runner's imports and the source's imports
 cells) and that its writable folder is ROOT, which holds the job folders of the students it
 grades. Its stdin is a Unix socket to the grader: first the source's imports cells (a JSON list),

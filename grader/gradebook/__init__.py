@@ -1,0 +1,1 @@
+"""The gradebook: nbgrader's configuration, the preprocessor, recording, queries, LMS files."""

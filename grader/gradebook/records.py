@@ -1,0 +1,199 @@
+"""The gradebook's records: each assignment registered once per source, each graded notebook
+recorded by nbgrader's own `autograde` (with `InjectResults` in place of `Execute`) and stamped
+with its fingerprint, and what the gradebook holds read back.
+
+Recording is the gradebook's single writer's (the main thread only); a batch goes through one
+gradebook session (`one_gradebook_session`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import shutil
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from pathlib import Path, PurePath
+
+import nbformat
+from nbgrader.api import Gradebook, MissingEntry, SubmittedNotebook
+from nbgrader.apps import NbGraderAPI
+
+from grader.course import EXCHANGE_FILES, Course, exercise_of_test, holds_data, write_atomically
+from grader.course.intake import Submission, make_inert, read_notebook
+from grader.course.untrusted import read_below
+
+
+def register(course: Course, api: NbGraderAPI, assignment: str) -> None:
+    """Put `assignment` in the gradebook (nbgrader's generate_assignment), once per source."""
+    stamp = course.source_stamp(assignment)
+    digest = hashlib.sha256(course.source_notebook(assignment).read_bytes()).hexdigest()
+    if stamp.is_file() and stamp.read_text() == digest and holds_data(course.gradebook):
+        return
+    result = api.generate_assignment(assignment, force=True, create=True)
+    if not result["success"]:
+        detail = result.get("error") or result.get("log")
+        raise RuntimeError(f"nbgrader could not register {assignment}: {detail}")
+    write_atomically(stamp, digest)
+
+
+def record(course: Course, api: NbGraderAPI, submission: Submission, student: str) -> str:
+    """nbgrader autograde of one graded notebook with its trusted results, then its stamp;
+    returns why it could not be recorded ('' when it was)."""
+    _stage(course, student, submission)
+    result = api.autograde(submission.assignment, student, force=True, create=True)
+    if not result["success"]:
+        tail = (result.get("error") or result.get("log") or "").strip().splitlines()[-1:]
+        return f"nbgrader could not record it: {' '.join(tail)}"
+    write_atomically(course.stamp(student, submission.assignment), submission.fingerprint)
+    return ""
+
+
+def _stage(course: Course, student: str, submission: Submission) -> None:
+    """What nbgrader reads: the submission as graded (see Submission.recorded), or the release
+    stub when there is nothing readable (so the record says 0, not 'needs grading'), with the
+    files nbgrader's exchange keeps beside it (late penalties and `release_feedback` read
+    them)."""
+    target = course.staged_notebook(student, submission.assignment)
+    shutil.rmtree(target.parent, ignore_errors=True)  # nothing left from an earlier copy
+    target.parent.mkdir(parents=True)
+    notebook = submission.recorded
+    if notebook is None:
+        notebook = read_notebook(course.released_notebook(submission.assignment))
+    nbformat.write(make_inert(notebook), target)
+    for name in EXCHANGE_FILES:
+        kept = _exchange_file(submission.path, name)
+        if kept is not None:
+            (target.parent / name).write_bytes(kept)
+
+
+def _exchange_file(submitted: Path, name: str) -> bytes | None:
+    """One of the small files nbgrader's submit and collect keep beside a submission (None when
+    absent or not a plain file: a submission from elsewhere has none)."""
+    relative = PurePath(*submitted.parts[-3:-1], name)
+    try:
+        return read_below(submitted.parents[2], relative, 4096)
+    except (OSError, ValueError):
+        return None
+
+
+# nbgrader's modules that open the gradebook while its `autograde` records one notebook: nine
+# times a notebook, each a new engine, schema check and session.
+RECORDING_MODULES = (
+    "nbgrader.converters.autograde",
+    "nbgrader.preprocessors.overwritekernelspec",
+    "nbgrader.preprocessors.overwritecells",
+    "nbgrader.preprocessors.saveautogrades",
+    "nbgrader.preprocessors.latesubmissions",
+)
+
+
+class _SharedGradebook:
+    """One gradebook as nbgrader's recording code uses it, kept open for the batch: its `close`
+    (and the end of a `with`) only ends the transaction, as closing its session would."""
+
+    def __init__(self, gradebook: Gradebook) -> None:
+        self._gradebook = gradebook
+
+    def __getattr__(self, name: str):
+        return getattr(self._gradebook, name)
+
+    def __enter__(self) -> _SharedGradebook:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._gradebook.db.rollback()  # what is committed stays; what is not is dropped
+
+
+@contextmanager
+def one_gradebook_session() -> Iterator[None]:
+    """While recording a batch (in this thread only), every gradebook nbgrader's `autograde`
+    opens is one, opened once per database and course."""
+    opened: dict[tuple[str, str], Gradebook] = {}
+
+    def shared(
+        db_url: str, course_id: str = "default_course", authenticator=None
+    ) -> _SharedGradebook:
+        if (db_url, course_id) not in opened:
+            opened[(db_url, course_id)] = Gradebook(db_url, course_id, authenticator)
+        return _SharedGradebook(opened[(db_url, course_id)])
+
+    modules = {importlib.import_module(name): shared for name in RECORDING_MODULES}
+    for module in modules:
+        modules[module], module.Gradebook = module.Gradebook, shared
+    try:
+        yield
+    finally:
+        for module, previous in modules.items():
+            module.Gradebook = previous
+        for gradebook in opened.values():
+            gradebook.close()
+
+
+# --- what the gradebook holds --------------------------------------------------------------------
+
+
+def gradebook_problem(course: Course) -> str:
+    """What is wrong with the gradebook given what `course` has graded ('' if nothing):
+    missing, empty, unreadable, or without submissions the stamps say were recorded."""
+    stamps = course.graded_stamps()
+    if not stamps:
+        return ""
+    graded = f"{len(stamps)} notebooks were graded into it"
+    if not holds_data(course.gradebook):
+        state = "missing" if not course.gradebook.exists() else "empty"
+        return f"{course.gradebook} is {state}, but {graded}"
+    try:  # mode=rw: never create it; a killed write's hot journal is rolled back
+        with closing(sqlite3.connect(f"file:{course.gradebook}?mode=rw", uri=True)) as db:
+            recorded = set(
+                db.execute(
+                    "SELECT s.student_id, a.name FROM submitted_assignment s "
+                    "JOIN assignment a ON s.assignment_id = a.id"
+                )
+            )
+    except sqlite3.DatabaseError as error:
+        return f"{course.gradebook} is unreadable ({error}), but {graded}"
+    lost = [p for p in stamps if (p.parent.name, p.stem) not in recorded]
+    if lost:
+        example = f"{lost[0].parent.name}/{lost[0].stem}"
+        return f"{course.gradebook} lacks {len(lost)} of the {graded} (e.g. {example})"
+    return ""
+
+
+def start_new_gradebook(course: Course) -> None:
+    """Set the old gradebook aside (never deleted) and forget every stamp, so that every
+    assignment is registered and every submission graded into a new one."""
+    if course.gradebook.exists():
+        aside = course.gradebook.with_name(f"gradebook.db.lost-{time.strftime('%Y%m%d-%H%M%S')}")
+        os.replace(course.gradebook, aside)
+    for stamp in [*course.graded_stamps(), *course.release.glob(".*.source-sha256")]:
+        stamp.unlink()
+
+
+def cell_scores(course: Course, student: str, assignment: str) -> dict[str, float | None] | None:
+    """The gradebook's score of each exercise's test cell in the student's notebook (None:
+    not scored), or None when the notebook was never recorded."""
+    if not holds_data(course.gradebook):  # nbgrader would create it
+        return None
+    with Gradebook(f"sqlite:///{course.gradebook}") as gradebook:
+        try:
+            notebook = gradebook.find_submission_notebook(assignment, assignment, student)
+        except MissingEntry:
+            return None
+        return {
+            exercise_of_test(name): score
+            for name, (score, _) in cell_grades(notebook).items()
+            if exercise_of_test(name)
+        }
+
+
+def cell_grades(notebook: SubmittedNotebook) -> dict[str, tuple[float | None, float]]:
+    """Each graded cell's (score, points) in a notebook the gradebook holds, by grade_id: the
+    autograder's score, or a TA's where one was given (nbgrader's `Grade.score`)."""
+    return {g.name: (g.score, g.max_score) for g in notebook.grades}

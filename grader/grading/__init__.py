@@ -1,0 +1,1 @@
+"""Grading: the sandbox, pre-started runners, the runner client, plan → run → judge."""

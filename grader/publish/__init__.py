@@ -1,0 +1,1 @@
+"""What instructors and students read: feedback pages, the LMS export, the class report."""

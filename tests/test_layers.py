@@ -1,0 +1,37 @@
+"""The layers docs/architecture.md draws hold where import-linter cannot see: what a command
+loads at run time. `grader export`, `grader feedback` and `grader report` read the gradebook and
+the stored results, and load no torch (a second or more of each command's time)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from grader.cli import main
+
+# What each command imports: cli.py's command and the modules its body imports.
+COMMANDS = {
+    "export": ["grader.publish.feedback"],
+    "feedback": ["grader.publish.feedback"],
+    "report": ["grader.publish.class_report"],
+}
+SHARED = ["grader.cli", "grader.course", "grader.course.discovery", "grader.gradebook.records"]
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_reading_the_gradebook_loads_no_torch(command):
+    modules = [*SHARED, *COMMANDS[command]]
+    code = f"import importlib, sys\nfor m in {modules!r}: importlib.import_module(m)\n"
+    code += "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", f"grader {command} imports torch: {done.stdout}"
+
+
+@pytest.mark.parametrize("command", ["export", "feedback", "report"])
+def test_a_course_made_before_the_layout_is_refused_in_one_line(command, tmp_path, capsys):
+    older = "from grader.config import use_this_environment\nfrom grader.course import Course\n"
+    (tmp_path / "nbgrader_config.py").write_text(older)
+    (tmp_path / "gradebook.db").write_bytes(b"not empty")
+    assert main([command, "--course", str(tmp_path)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "written by an older grader" in error
