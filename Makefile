@@ -26,10 +26,12 @@ test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The solutions' stored outputs as on another CPU: PyTorch's kernels without SIMD, MKL's
-# compatible (non-AVX) matrix products, one thread.
+# compatible (non-AVX) matrix products, one thread; and every CPU-dependent result moved 2 ulps
+# up, then down (tests/another_cpu.py).
 PORTABLE_ENV := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1
 test-portable: setup
-	$(PORTABLE_ENV) $(PY) -m pytest $(PYTEST_ARGS) solutions/
+	$(PORTABLE_ENV) $(PY) tests/another_cpu.py 2 $(PYTEST_ARGS) solutions/
+	$(PY) tests/another_cpu.py -2 $(PYTEST_ARGS) solutions/
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -98,7 +98,7 @@ def defines(source: str, name: str) -> bool:
     student's code not parse)."""
     try:
         tree = ast.parse(source)
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # what a source can make it
         return bool(re.search(rf"^(def|class)\s+{re.escape(name)}\b", source, re.M))
     return any(isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name == name for n in tree.body)
 

@@ -16,6 +16,9 @@ from grader.course import Layout
 EXPECTED = "<student>/<assignment>/<assignment>.ipynb"
 TOOL_FOLDERS = {"__MACOSX", "__pycache__"}  # a zip's resource forks, Python's byte code
 PATTERN_CHARACTERS = "*?[]"
+# An id is letters, digits and these, from a letter or digit on: no markup in the instructor's
+# pages (< > & " '), no formula in a spreadsheet (a leading = + - @), no path (/ \ . ..).
+ID_PUNCTUATION = "._-@+"
 
 
 def is_litter(name: str) -> bool:
@@ -33,6 +36,11 @@ def refusal(student: str) -> str:
         return "has a control character (e.g. a newline)"
     if "\\" in student:
         return "has a path separator (\\)"
+    if not (student[:1].isalnum() and all(c.isalnum() or c in ID_PUNCTUATION for c in student)):
+        return (
+            f"is not letters, digits and {' '.join(ID_PUNCTUATION)} from a letter or digit on "
+            "(it would be markup or a formula in the pages and files the instructor opens)"
+        )
     return ""
 
 

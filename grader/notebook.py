@@ -85,7 +85,9 @@ def _unreadable(path: Path, error: OSError | ValueError) -> str:
 
 def _parsed(path: Path, data: bytes) -> nbformat.NotebookNode:
     try:
-        return nbformat.reads(data.decode(), as_version=4)
+        notebook = nbformat.reads(data.decode(), as_version=4)
+        nbformat.writes(notebook).encode()  # a lone surrogate ("\ud800" in its JSON) cannot be
+        return notebook  # staged for nbgrader: refused here, as the student's
     except Exception as error:  # invalid JSON or UTF-8, wrong schema, binary junk
         raise ValueError(
             f"{path.name} is not a readable notebook ({type(error).__name__})"

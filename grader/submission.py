@@ -12,6 +12,7 @@ said an exercise had started can cost that exercise points.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -104,6 +105,9 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
+# An answer's code, as the runner's job frame holds it (JSON): a solution takes 2 to 5 KB, and
+# sixteen answers at the limit fit the frame's 1 MB (record.MAX_JSON_BYTES) with their setup.
+MAX_ANSWER_CHARACTERS = 48 << 10
 
 
 def _verdict_for_all(name: str, error: StudentError, ready) -> Verdict:
@@ -127,6 +131,7 @@ def _outputs(name: str, cases: int, frame: bytes | None) -> tuple[list[Outputs],
         return _crashed(name, cases)
     try:
         fields, arrays = record.decode(frame)
+        record.check_result(fields, arrays)
     except record.BadFrame as error:
         return [StudentError("crash", f"`{name}` sent a result that is {error}.")] * cases, set()
     if "load_error" in fields:
@@ -269,6 +274,11 @@ def grade_submissions(
             elif answer is None:
                 missing = f"No answer cell defines `{name}` (was it renamed or deleted?)."
                 reason = StudentError("missing", missing)
+            elif len(json.dumps(answer)) > MAX_ANSWER_CHARACTERS:
+                size = f"{len(answer.encode(errors='replace')) // 1024} KB"
+                limit = f"{MAX_ANSWER_CHARACTERS // 1024} KB"
+                too_large = f"Not graded: `{name}`'s code is {size}, over {limit}."
+                reason = StudentError("too_large", too_large)
             else:
                 specs.append(_spec(EXERCISES[name], runner_setup(submission.setup), answer, plans))
                 continue
@@ -279,7 +289,14 @@ def grade_submissions(
         static = forbidden_uses(answers[name], EXERCISES[name])
         integrity = integrity_message(EXERCISES[name], static, calls)
         expected = ready[name].expected
-        verdicts[name] = judge(EXERCISES[name], plans[name], outputs, integrity, expected)
+        try:
+            verdicts[name] = judge(EXERCISES[name], plans[name], outputs, integrity, expected)
+        except Exception as error:  # outputs the answer's process shaped: its exercise's crash
+            unjudged = StudentError(
+                "crash", f"`{name}`'s outputs could not be judged ({str(error)[:200]})."
+            )
+            verdicts[name] = _verdict_for_all(name, unjudged, ready[name])
+            outputs = [unjudged]
         causes[name] = _cause(outputs)
     return [[_result(verdicts[n], causes[n]) for n in s.exercises] for s in submissions]
 

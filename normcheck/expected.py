@@ -184,11 +184,27 @@ def write(folder: Path, notebook: str, exercises: Iterable[tuple[Any, Planned]])
 
 
 # --- comparing: the same checks, up to the rounding of the machine that computed them
+#
+# A stored array is computed on the author's CPU; another CPU (vendor, SIMD level, thread count)
+# rounds reductions, matrix products and transcendentals differently: by a few units in the last
+# place of each value, or, where a value is a difference of near equal terms, by the terms'
+# rounding (float64 outputs of ~1e-16 moved by ~1e-14 on an Intel CPU). Two releases hold the
+# same checks when every value agrees within the larger of two allowances: a few ulps of its
+# dtype, and a share of what the judge itself allows (which covers the terms' rounding, and on
+# which no verdict can turn). A change the judge could see is stale.
 
-ROUNDING_ULPS = 256  # far below any check's tolerance, far above any reduction's reordering
+ROUNDING_ULPS = 32  # a reduction's reordering, in ulps of the value's own dtype and magnitude
+TOLERANCE_SHARE = 0.1  # of the judge's allowance, atol + rtol·|want| (normcheck.judge.margin)
 
 
-def _close(one: np.ndarray, other: np.ndarray) -> bool:
+def allowance(stored: np.ndarray, rtol: float, atol: float) -> np.ndarray:
+    """How far each value of the float array `stored` may move and still be the same check."""
+    magnitude = np.abs(stored)
+    rounding = ROUNDING_ULPS * np.finfo(stored.dtype).eps * magnitude
+    return np.maximum(rounding, TOLERANCE_SHARE * (atol + rtol * magnitude))
+
+
+def _close(one: np.ndarray, other: np.ndarray, rtol: float, atol: float) -> bool:
     if one.dtype != other.dtype or one.shape != other.shape:
         return False
     if not np.issubdtype(one.dtype, np.floating):
@@ -198,22 +214,29 @@ def _close(one: np.ndarray, other: np.ndarray) -> bool:
         return False
     if not np.array_equal(one[~finite], other[~finite], equal_nan=True):
         return False
-    scale = float(np.abs(one[finite]).max(initial=0.0))
-    allowed = ROUNDING_ULPS * float(np.finfo(one.dtype).eps) * scale
+    allowed = allowance(one, rtol, atol)[finite]
     return bool(np.all(np.abs(one[finite] - other[finite]) <= allowed))
+
+
+def rule_of(meta: dict, key: str) -> tuple[float, float]:
+    """The (rtol, atol) of the check an array's `key` belongs to, from its notebook's JSON."""
+    exercise, case, _, _ = json.loads(key)
+    check = meta[exercise]["checks"][case]
+    return check["rtol"], check["atol"]
 
 
 def same(one: Path, other: Path) -> bool:
     """Whether two stored notebooks' checks (their .json paths) are the same: the same text, and
-    the same arrays up to rounding."""
+    the same arrays up to the rounding of another CPU (see ROUNDING_ULPS, TOLERANCE_SHARE)."""
     paths = (one, other, one.with_suffix(".npz"), other.with_suffix(".npz"))
     if not all(p.is_file() for p in paths) or one.read_bytes() != other.read_bytes():
         return False
+    meta = json.loads(one.read_text(encoding="utf-8"))
     with (
         np.load(one.with_suffix(".npz"), allow_pickle=False) as a,
         np.load(other.with_suffix(".npz"), allow_pickle=False) as b,
     ):
-        return a.files == b.files and all(_close(a[k], b[k]) for k in a.files)
+        return a.files == b.files and all(_close(a[k], b[k], *rule_of(meta, k)) for k in a.files)
 
 
 # --- reading

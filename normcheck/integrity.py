@@ -106,7 +106,7 @@ def forbidden_uses(source: str, exercise: Exercise) -> list[str]:
     """Each forbidden use in `source` as 'name (line n)'; empty when the answer builds its own."""
     try:
         tree = ast.parse(source)
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # what a source can make it
         return []  # a syntax error is reported by running the code, with its own message
     banned = set(exercise.forbidden)
     found: list[str] = hidden_calls(tree)

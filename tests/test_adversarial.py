@@ -99,6 +99,34 @@ IN_A_THREAD = (
     "    return ThreadPoolExecutor(1).submit(library, x, shape, weight, bias, eps).result()\n"
 )
 FIND_IN_GC = "import sys\n\nfor o in sys.modules['g' + 'c'].get_objects():\n"
+# A new Python, which has neither the block nor the tripwires, computing the library's norm:
+# started once (importing torch takes seconds), then asked for each case.
+NEW_PYTHON = (
+    "import subprocess, sys\n\nimport numpy as np\n\n"
+    "CHILD = (\n"
+    "    'import sys, numpy as np, torch\\n'\n"
+    '    \'f = getattr(torch.nn.functional, "layer" + "_norm")\\n\'\n'
+    "    'for line in sys.stdin:\\n'\n"
+    "    '    path, eps = line.split()\\n'\n"
+    "    '    a = torch.from_numpy(np.load(path))\\n'\n"
+    "    '    np.save(path, f(a, a.shape[-1:], eps=float(eps)).numpy())\\n'\n"
+    "    '    print(path, flush=True)\\n'\n"
+    ")\n"
+    "WORKER = []\n\n"
+)
+IN_A_NEW_PYTHON = (
+    "    if not WORKER:\n"
+    "        command = [sys.executable, '-c', CHILD]\n"
+    "        WORKER.append(subprocess.Popen(command, stdin=-1, stdout=-1, text=True))\n"
+    "    np.save('/tmp/rows.npy', rows.detach().numpy())\n"
+    "    WORKER[0].stdin.write(f'/tmp/rows.npy {eps}\\n')\n"
+    "    WORKER[0].stdin.flush()\n"
+    "    WORKER[0].stdout.readline()\n"
+    "    y = torch.from_numpy(np.load('/tmp/rows.npy')).reshape(x.shape).to(x.dtype)\n"
+)
+NEW_PROGRAM_ROUTE = "new_python_by_subprocess"  # every other route: tests/test_no_exec.py
+
+
 # The graded references, loaded in the answer's process with the checks: reached by module name.
 REFERENCE = "import sys\n\nREF = sys.modules['grader.reference' + '.functional']\n\n"
 
@@ -163,9 +191,11 @@ def library_routes() -> dict[str, tuple[str, str, float]]:
         + ROUTE_HEAD
         + IN_A_THREAD,
     }
+    routes[NEW_PROGRAM_ROUTE] = NEW_PYTHON + ROUTE_HEAD + IN_A_NEW_PYTHON + AFFINE
     # Defused, a refusal still gives nothing back: no library values, no points. The graded
     # references are not in the sandboxed process at all: looking them up fails.
     words = {"defuse_the_refusals": "layer_norm: 0 / 10", "reference_in_a_thread": "KeyError"}
+    words[NEW_PROGRAM_ROUTE] = "Operation not permitted"  # sandboxed.no_exec
     blocked = "library's own implementation"
     return {name: (code, words.get(name, blocked), 0) for name, code in routes.items()}
 
@@ -286,6 +316,35 @@ def attacks(port: int, course: Path, submissions: Path) -> dict[str, tuple[str, 
             "not plain arrays",
             0,
         ),
+        # Results of the runner's shape but not its content: each costs only its own exercise.
+        "deeply_nested_result": (
+            ON_ITS_PIPE + "_meta = b'[' * 200000 + b']' * 200000\n"
+            "_send(len(_meta).to_bytes(8, 'big') + _meta)\n"
+            "os._exit(0)\n" + honest,
+            "not JSON",
+            0,
+        ),
+        "text_array_result": (
+            ON_ITS_PIPE + "_arrays = io.BytesIO()\n"
+            "np.savez(_arrays, **{'0/y': np.array(['1.0'])})\n"
+            '_meta = b\'{"errors": {}, "calls": []}\'\n'
+            "_send(len(_meta).to_bytes(8, 'big') + _meta + _arrays.getvalue())\n"
+            "os._exit(0)\n" + honest,
+            "only numbers are outputs",
+            0,
+        ),
+        "mistyped_result_fields": (
+            ON_ITS_PIPE + "_arrays = io.BytesIO()\n"
+            "np.savez(_arrays)\n"
+            '_meta = b\'{"errors": {"0": 5}, "calls": 3}\'\n'
+            "_send(len(_meta).to_bytes(8, 'big') + _meta + _arrays.getvalue())\n"
+            "os._exit(0)\n" + honest,
+            "not kinds and messages",
+            0,
+        ),
+        # Sized and shaped by the student, refused as the student's before any grader path.
+        "oversized_answer": (honest + "\n# " + "x" * (2 << 20) + "\n", "over 48 KB", 0),
+        "unparseable_depth": ("x = " + "-" * 40_000 + "1\n" + honest, "MemoryError", 0),
         "import_the_grader": (
             "import grader.checks.core as core\n\ncore.judge = None\n" + honest,
             "hides what it calls",

@@ -19,6 +19,7 @@ from grader.cli import DEFAULT_COURSE, build_parser, main
 from grader.config import DEMO_EXERCISE_SECONDS, RELEASE, REPO, assignments
 from grader.course import Course, notebook_path
 from grader.demo import PROFILES, expected_scores, write_class
+from grader.discovery import refusal
 from grader.notebook import exercises_of, source_notebook
 from grader.submission import DEFAULT_LIMITS
 
@@ -346,3 +347,24 @@ def test_a_rerun_records_what_was_not_and_lists_the_rest_again(class_run):
     now_recorded = {UNRECORDABLE: f"crashed: {first_exercise}"}
     assert listed(output, "Scored 0 as listed") == unjudged | now_recorded
     assert output.splitlines()[-1].startswith("Notebooks: 1 graded, ")
+
+
+@pytest.mark.parametrize(
+    "student",
+    [
+        "<img src=x onerror=alert(1)>",
+        '=HYPERLINK("http://x")',
+        "+1",
+        "-2",
+        "@SUM(A1)",
+        "a b",
+        "x'y",
+    ],
+)
+def test_an_id_that_would_be_markup_or_a_formula_is_refused(student):
+    assert "would be markup or a formula" in refusal(student)
+
+
+@pytest.mark.parametrize("student", ["ada", "a.lovelace", "s1234567", "jane_doe", "ada-l", "王芳"])
+def test_an_ordinary_id_is_kept(student):
+    assert refusal(student) == ""

@@ -10,7 +10,7 @@ import pytest
 
 from grader.autograde import autograde
 from grader.checks import EXERCISES
-from grader.config import assignments, fresh_seed
+from grader.config import SOLUTIONS, assignments, fresh_seed
 from grader.course import Course, Results, grade_id, notebook_path
 from grader.demo import PROFILES, expected_scores, write_class
 from grader.lms import points_header
@@ -159,3 +159,15 @@ def test_with_its_tags_stripped_the_cell_graded_is_the_cell_recorded(tmp_path):
     assert tagged == [right]
     graded = {r.name: r.score for r in grade_submissions([submission], 0, LIMITS)[0]}
     assert graded[name] == EXERCISES[name].points
+
+
+def test_a_notebook_whose_text_cannot_be_staged_is_the_students_problem(tmp_path):
+    """A lone surrogate ("\\ud800" in the JSON) parses, but is no UTF-8: nbgrader could not stage
+    it. It is refused when read, as the student's, naming the notebook."""
+    assignment = assignments()[0]
+    text = notebook_path(SOLUTIONS, assignment).read_text(encoding="utf-8")
+    path = notebook_path(tmp_path / "student", assignment)
+    path.parent.mkdir(parents=True)
+    path.write_text(text.replace('"source": [', '"source": ["# \\ud800\\n", ', 1), "utf-8")
+    problem = Submission.read(path, assignment).problem
+    assert problem == f"{path.name} is not a readable notebook (UnicodeEncodeError)"

@@ -247,12 +247,16 @@ def test_every_link_on_the_way_is_found_in_order(tmp_path):
 LEFT_FOR_THE_NEXT = {
     "tmp": ("open('/tmp/note', 'w').write('hi')", "os.path.exists('/tmp/note')"),
     "dev_shm": ("open('/dev/shm/note', 'w').write('hi')", "os.path.exists('/dev/shm/note')"),
-    "process": (
-        "import subprocess, time\n"
-        "left = subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
-        "while not open(f'/proc/{left.pid}/cmdline', 'rb').read().startswith(b'sleep'):\n"
+    "process": (  # a fork (no new program can start: sandboxed.no_exec), renamed to be found
+        "import ctypes, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    ctypes.CDLL(None).prctl(15, b'leftover', 0, 0, 0)\n"  # PR_SET_NAME
+        "    time.sleep(600)\n"
+        "while not any(open(f'/proc/{p}/comm').read() == 'leftover\\n'"
+        " for p in os.listdir('/proc') if p.isdigit()):\n"
         "    time.sleep(0.01)",
-        "any(open(f'/proc/{p}/cmdline', 'rb').read().startswith(b'sleep')"
+        "any(open(f'/proc/{p}/comm').read() == 'leftover\\n'"
         " for p in os.listdir('/proc') if p.isdigit())",
     ),
     "module_state": ("torch.note = 'hi'\nmath.pi = 3", "hasattr(torch, 'note') or math.pi == 3"),

@@ -54,7 +54,7 @@ class StudentError:
     def describe(self, name: str) -> str:
         if self.kind == "NotImplementedError":
             return f"`{name}` is not implemented yet (it raises NotImplementedError)."
-        if self.kind in {"returned", "crash", "timeout", "missing"}:
+        if self.kind in {"returned", "crash", "timeout", "missing", "too_large"}:
             return self.message
         return f"`{name}` raised {self.kind}: {self.message}"
 

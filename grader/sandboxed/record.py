@@ -46,7 +46,7 @@ def decode(
         raise BadFrame(f"more than {max_arrays >> 20} MB of arrays")
     try:
         fields = json.loads(meta)
-    except ValueError:  # bad JSON or UTF-8
+    except (ValueError, RecursionError):  # bad JSON or UTF-8; nested deeper than Python's stack
         raise BadFrame("not JSON") from None
     if not isinstance(fields, dict):
         raise BadFrame("not a JSON object")
@@ -54,6 +54,29 @@ def decode(
         return fields, _plain_arrays(npz)
     except (OSError, ValueError, MemoryError, zipfile.BadZipFile):  # MemoryError: a forged shape
         raise BadFrame("not plain arrays") from None
+
+
+def _is_pair(value: Any) -> bool:
+    return isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)
+
+
+def check_result(fields: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+    """Raise BadFrame unless `fields` and `arrays` are a result as the runner writes it:
+    `load_error` a [kind, message] pair, or `errors` {case: [kind, message]} and `calls` a list
+    of names; arrays of numbers or booleans only, keyed `<case>/<name>`."""
+    if set(fields) - {"load_error", "errors", "calls"}:
+        raise BadFrame("a result with fields the runner does not write")
+    if "load_error" in fields and not _is_pair(fields["load_error"]):
+        raise BadFrame("a result whose error is not a kind and a message")
+    errors = fields.get("errors", {})
+    if not isinstance(errors, dict) or not all(_is_pair(e) for e in errors.values()):
+        raise BadFrame("a result whose errors are not kinds and messages")
+    calls = fields.get("calls", [])
+    if not isinstance(calls, list) or not all(isinstance(c, str) for c in calls):
+        raise BadFrame("a result whose calls are not names")
+    for key, array in arrays.items():
+        if "/" not in key or array.dtype.kind not in "biufc":
+            raise BadFrame(f"a result holding {array.dtype} data (only numbers are outputs)")
 
 
 def _plain_arrays(npz: bytes) -> dict[str, np.ndarray]:

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import blocking, record
+from . import blocking, no_exec, record
 from .probe import StudentError, Task, call, load_answer, tripwires
 from .probes import PROBES
 
@@ -291,12 +291,21 @@ def _cases(inputs: dict[str, np.ndarray], count: int) -> list[dict[str, np.ndarr
     return cases
 
 
+def refuse_new_programs() -> None:
+    """From here on, neither the runner nor an answer starts a program (sandboxed.no_exec)."""
+    try:
+        no_exec.install()
+    except OSError as error:
+        raise RunnerFault(f"could not refuse new programs ({error})") from None
+
+
 def main() -> int:
     _die_with_parent()
     _set_dumpable(False)
     try:
         spec, _ = receive(0)
         warm_up(spec["exercises"])
+        refuse_new_programs()
         tell("ready")
         for exercise in spec["exercises"]:
             _, inputs = receive(0)  # this exercise's, and only now
