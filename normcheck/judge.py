@@ -141,7 +141,9 @@ class Verdict:
     def render(self) -> str:
         """Feedback in plain words: never inputs, reference outputs or reference code."""
         name, total = self.exercise.name, len(self.outcomes)
-        if self.graded:
+        if self.integrity and not self.graded:  # the verdict first: its checks do not count
+            head = f"{name}: earns no points, whatever its checks give"
+        elif self.graded:
             head = f"{name}: {self.score:g} / {self.max_score:g} points"
         else:
             passing = sum(o.passed for o in self.outcomes)
@@ -193,8 +195,25 @@ def difference(got: Arrays, want: Arrays, check: Rule) -> str:
         if not np.all(np.isfinite(actual) | ~np.isfinite(expected)):
             return f"{named(key)} contains NaN or infinity"
         if not np.allclose(actual, expected, rtol=check.rtol, atol=check.atol, equal_nan=True):
-            return f"{named(key)} differs from the correct values beyond the tolerance"
+            said = f"{named(key)} differs from the correct values beyond the tolerance"
+            return f"{said} ({_numbers(actual, expected, check)})"
     return ""
+
+
+def _numbers(actual: np.ndarray, expected: np.ndarray, check: Rule) -> str:
+    """The error in numbers: on a visible check, the first differing element, yours and the
+    expected value; on a hidden one, only the error's size (never an expected value)."""
+    a, e = actual.astype(np.float64), expected.astype(np.float64)
+    with np.errstate(all="ignore"):
+        relative = np.abs(a - e) / np.maximum(np.abs(e), check.atol)
+        bad = ~np.isclose(a, e, rtol=check.rtol, atol=check.atol, equal_nan=True)
+    if check.hidden:
+        return f"relative error up to {float(np.nanmax(relative[bad])):.0e}"  # its size alone
+    first = tuple(int(i) for i in np.argwhere(bad)[0])
+    return (
+        f"first at index {list(first)}: yours {a[first]:.6g}, expected {e[first]:.6g}, "
+        f"relative error {float(relative[first]):.2g}"
+    )
 
 
 def margin(got: Arrays, want: Arrays, check: Rule) -> float:

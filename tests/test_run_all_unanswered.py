@@ -12,6 +12,7 @@ nothing, so the release hands out no answer in a demo.
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 from typing import Any
 
 import nbformat
@@ -19,9 +20,9 @@ import pytest
 from nbclient import NotebookClient
 
 from grader.checks import EXERCISES, run
-from grader.course import is_test_cell, notebook_path
+from grader.course import answer_cell, is_test_cell, notebook_path
 from grader.course.config import RELEASE, assignments
-from grader.course.intake import setup_code, source_notebook
+from grader.course.intake import exercises_of, setup_code, source_notebook
 
 NOT_IMPLEMENTED = "not implemented yet"
 
@@ -36,9 +37,12 @@ def _text(cell: nbformat.NotebookNode) -> str:
     return "".join(parts)
 
 
-def _run_all(assignment: str) -> nbformat.NotebookNode:
+def _run_all(assignment: str, answers: dict[str, str] | None = None) -> nbformat.NotebookNode:
+    """The release notebook run top to bottom, with `answers` (exercise -> source) in place."""
     path = notebook_path(RELEASE, assignment)
     notebook = nbformat.read(path, as_version=4)
+    for name, source in (answers or {}).items():
+        answer_cell(notebook, name).source = source
     client = NotebookClient(
         notebook,
         timeout=300,
@@ -92,3 +96,31 @@ def test_what_a_demo_falls_back_on_earns_nothing_as_an_answer(assignment):
     for name, library, source in fallbacks:
         verdict = run(EXERCISES[name], library, hidden=False, seed=0, source=source)
         assert verdict.integrity and verdict.score == 0, verdict.render()
+
+
+def _wrong_answers(assignment: str) -> dict[str, str]:
+    """The first hand-written wrong answer (tests/wrong_answers) of each exercise of
+    `assignment` that has one."""
+    folder = Path(__file__).parent / "wrong_answers"
+    found = {}
+    for name in exercises_of(source_notebook(assignment)):
+        files = sorted(folder.glob(f"{name}__*.answer"))
+        if files:
+            found[name] = files[0].read_text()
+    return found
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_run_all_with_wrong_answers_fails_only_their_check_cells(assignment):
+    """Each exercise answered wrong: its check cell says so, and no demo after it fails (the
+    demos fall back on the library's version, `yours_or`)."""
+    wrong = _wrong_answers(assignment)
+    cells = [c for c in _run_all(assignment, wrong).cells if c.cell_type == "code"]
+    errors = {
+        i: _text(c)
+        for i, c in enumerate(cells)
+        if not is_test_cell(c) and any(o.output_type == "error" for o in c.outputs)
+    }
+    assert errors == {}, "a demo failed with the exercises answered wrong"
+    fallbacks = [_text(c) for c in cells if "yours_or(" in c.source]
+    assert wrong and any("visible checks: this cell uses" in t for t in fallbacks), fallbacks

@@ -55,6 +55,14 @@ def rubric() -> str:
         "as they do (what is central to the notebook weighs most). A visible check runs in the",
         "student's own `check()` on fixed inputs; a hidden one only when graded, on inputs drawn",
         "afresh for each grading run.",
+        "",
+        "What an ε slip costs (ε left out, outside the root, fixed at another value, dropped",
+        "in one place of a backward): only the checks where ε matters. The backward exercises",
+        "judge every other check on inputs of spread ≥ 5e6, where ε moves the gradient by less",
+        "than their tolerance; an ε slip costs the 0.5 of the check whose variance is close to ε",
+        "(its visible twin 0.25 of it). `layer_norm`: 2 (variance close to ε 1.5, constant rows",
+        "0.5, whose output ε keeps finite); `group_norm`: 1; `rms_norm`: 0.5 to 2 (its module's",
+        "rubric).",
     ]
     for e in EXERCISES.values():
         lines += ["", f"## `{e.name}` ({e.points:g} points)", "", "| points | check | run |"]

@@ -23,8 +23,9 @@ from functools import partial
 
 import numpy as np
 
-from grader.checks.backward import backward_edges, backward_exercise
+from grader.checks.backward import LARGE, backward_edges, backward_exercise, eps_slips
 from grader.checks.core import Arrays, Structure, hidden, slip, visible
+from grader.checks.variants import eps_rstds
 from grader.grading.sandboxed.probes import probe_batch_norm_backward
 from grader.reference import functional as ref
 from normcheck.gradients import BATCH_NORM_BACKWARD as BACKWARD_PROPERTIES
@@ -41,13 +42,16 @@ def _backward_variant(
     correction=0,
     use_weight=True,
     sums_over_n_only=False,
+    **eps_slips,
 ):
-    """The closed-form backward with a switch per classic slip; defaults are correct."""
+    """The closed-form backward with a switch per classic slip (and ε's, `variants.eps_rstds`);
+    defaults are correct."""
     dims = (0, *range(2, x.dim()))
     n = x.numel() // x.shape[1]
     mean = x.mean(dims, keepdim=True)
-    rstd = (x.var(dims, keepdim=True, correction=correction) + eps).rsqrt()
-    x_hat = (x - mean) * rstd
+    var = x.var(dims, keepdim=True, correction=correction)
+    rstd, rstd_x_hat, rstd_weight = eps_rstds(var, eps, **eps_slips)
+    x_hat = (x - mean) * rstd_x_hat
     per_channel = (1, -1, *[1] * (x.dim() - 2))
     g = grad_out * weight.view(per_channel) if weight is not None and use_weight else grad_out
     grad_x = g
@@ -59,15 +63,16 @@ def _backward_variant(
     if weight is None:
         return grad_x, None, None
     summed = (0,) if sums_over_n_only else dims
-    return grad_x, (grad_out * x_hat).sum(summed), grad_out.sum(summed)
+    return grad_x, (grad_out * (x - mean) * rstd_weight).sum(summed), grad_out.sum(summed)
 
 
-def _case(rng, *shape, weight=True, scale=1.0, eps=1e-5) -> Arrays:
-    """float64 input whose channels have their own offsets and spreads, and an upstream gradient."""
+def _case(rng, *shape, weight=True, scale=LARGE, eps=1e-5) -> Arrays:
+    """float64 input whose channels have their own offsets and spreads (of order `scale`), and
+    an upstream gradient."""
     per_channel = (1, shape[1], *[1] * (len(shape) - 2))
-    x = rng.normal(0.0, 2.0, per_channel) + rng.uniform(0.5, 2.0, per_channel) * scale * (
-        rng.standard_normal(shape)
-    )
+    x = rng.normal(0.0, 2.0 * max(scale, 1.0), per_channel) + rng.uniform(
+        0.5, 2.0, per_channel
+    ) * scale * (rng.standard_normal(shape))
     case = {"grad_out": rng.standard_normal(shape), "x": x, "eps": np.array(eps)}
     if weight:
         case["weight"] = rng.normal(1.0, 0.5, shape[1])
@@ -126,6 +131,7 @@ BATCH_NORM_BACKWARD = backward_exercise(
             sums_over_n_only=True,
             structural=True,
         ),
+        *eps_slips(_backward_variant, "BatchNorm"),
     ),
     checks=(
         visible(

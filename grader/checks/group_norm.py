@@ -36,6 +36,7 @@ def _group_norm_variant(
     interleaved=False,
     per_position=False,
     affine=True,
+    fixed_eps=None,
     **slips,
 ):
     """Group norm with a switch per classic slip (and the standardization's `slips`,
@@ -46,7 +47,7 @@ def _group_norm_variant(
     else:  # C/G consecutive channels per group
         grouped = x.reshape(n, num_groups, c // num_groups, -1)
     dims = (2,) if per_position else (2, 3)
-    y = standardized(grouped, dims, eps, **slips)
+    y = standardized(grouped, dims, eps if fixed_eps is None else fixed_eps, **slips)
     if interleaved:
         y = y.transpose(1, 2)
     y = y.reshape(x.shape)
@@ -89,6 +90,12 @@ GROUP_NORM = Exercise(
             "ε is added outside the square root, (x−μ)/(σ+ε); it belongs under the root, "
             "(x−μ)/√(σ²+ε), which matters when a group's variance is close to ε.",
             eps_outside=True,
+        ),
+        _slip(
+            "eps left out",
+            "ε is left out: GroupNorm divides by √(σ² + ε), which matters when a group's "
+            "variance is close to ε.",
+            fixed_eps=0.0,
         ),
         _slip(
             "interleaved groups",

@@ -25,11 +25,11 @@ from functools import partial
 import numpy as np
 import torch
 
-from grader.checks.backward import backward_edges, backward_exercise
+from grader.checks.backward import LARGE, backward_edges, backward_exercise, eps_slips
 from grader.checks.core import WIDE, Arrays, Exercise, Structure, hidden, slip, visible
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, VARIANCE, forbid
-from grader.checks.variants import standardized, variance_of, with_affine
+from grader.checks.variants import eps_rstds, standardized, variance_of, with_affine
 from grader.grading.sandboxed.probe import trailing_dims
 from grader.grading.sandboxed.probes import probe_backward, probe_layer_norm, probe_var
 from grader.reference import functional as ref
@@ -93,6 +93,12 @@ LAYER_NORM_MISTAKES = (
         "Your answer ignores the `eps` it is given (it always uses the default 1e-5); the caller's "
         "ε is the one to add under the root.",
         fixed_eps=1e-5,
+    ),
+    _slip(
+        "eps left out",
+        "ε is left out: LayerNorm divides by √(σ² + ε), which keeps rows whose variance is "
+        "close to ε (or 0: constant rows) finite and damped.",
+        fixed_eps=0.0,
     ),
     _slip(
         "statistics over the batch",
@@ -304,13 +310,24 @@ STABLE_VAR = Exercise(
 
 
 def _backward_variant(
-    grad_out, x, normalized_shape, weight=None, eps=1e-5, *, through_stats=True, use_weight=True
+    grad_out,
+    x,
+    normalized_shape,
+    weight=None,
+    eps=1e-5,
+    *,
+    through_stats=True,
+    use_weight=True,
+    **eps_slips,
 ):
-    """The closed-form backward with a switch per classic slip; defaults are correct."""
+    """The closed-form backward with a switch per classic slip (and ε's, `variants.eps_of`);
+    defaults are correct."""
     dims = trailing_dims(normalized_shape)
     mean = x.mean(dims, keepdim=True)
-    rstd = (x.var(dims, keepdim=True, correction=0) + eps).rsqrt()
-    x_hat = (x - mean) * rstd
+    rstd, rstd_x_hat, rstd_weight = eps_rstds(
+        x.var(dims, keepdim=True, correction=0), eps, **eps_slips
+    )
+    x_hat = (x - mean) * rstd_x_hat
     g = grad_out * weight if weight is not None and use_weight else grad_out
     if through_stats:
         g = g - g.mean(dims, keepdim=True) - x_hat * (g * x_hat).mean(dims, keepdim=True)
@@ -318,10 +335,12 @@ def _backward_variant(
     if weight is None:
         return grad_x, None, None
     lead = tuple(range(x.dim() - len(dims)))
-    return grad_x, (grad_out * x_hat).sum(lead), grad_out.sum(lead)
+    return grad_x, (grad_out * (x - mean) * rstd_weight).sum(lead), grad_out.sum(lead)
 
 
-def _backward_case(rng, *shape, ndims=1, weight=True, scale=1.0, eps=1e-5, as_int=False) -> Arrays:
+def _backward_case(
+    rng, *shape, ndims=1, weight=True, scale=LARGE, eps=1e-5, as_int=False
+) -> Arrays:
     x = rng.standard_normal(shape) * scale
     case = {
         "grad_out": rng.standard_normal(shape),
@@ -354,6 +373,7 @@ LAYER_NORM_BACKWARD = backward_exercise(
             "Your grad_x ignores γ: the gradient reaching x̂ is grad_out·γ.",
             use_weight=False,
         ),
+        *eps_slips(_backward_variant, "LayerNorm"),
     ),
     checks=(
         visible(

@@ -45,3 +45,27 @@ def with_affine(
     if bias is not None:
         y = y + (bias if shape is None else bias.reshape(shape))
     return y
+
+
+def eps_rstds(
+    var: torch.Tensor,
+    eps: float,
+    *,
+    eps_in: str = "everywhere",
+    eps_outside: bool = False,
+    fixed_eps: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """1/√(σ² + ε) as a backward pass uses it in three places: the factor of grad_x, the x̂ in
+    grad_x's terms and the x̂ of grad_weight; with the ε slips: ε left out of the factor
+    (`eps_in="x_hat"`: dropped in the backward only), of grad_weight's x̂ (`eps_in="not weight"`)
+    or everywhere (`eps_in="nowhere"`), outside the root, or a fixed value for the caller's."""
+    eps = eps if fixed_eps is None else fixed_eps
+    with_eps = 1 / root(var, eps, eps_outside=eps_outside)
+    without = 1 / root(var, 0.0)
+    places = {
+        "everywhere": (with_eps, with_eps, with_eps),
+        "x_hat": (without, with_eps, with_eps),
+        "not weight": (with_eps, with_eps, without),
+        "nowhere": (without, without, without),
+    }
+    return places[eps_in]
