@@ -1,6 +1,6 @@
-"""Mistakes of the kinds students make (issue 31's categories), written here as students write
-them, not by the checks' variants: each loses the points of the check that targets its slip and
-no more, and the feedback names its real cause."""
+"""Mistakes of the kinds students make (the ε slips of a backward pass, a forward without ε),
+written here as students write them, not by the checks' variants: each loses the points of the
+check that targets its slip and no more, and the feedback names its real cause."""
 
 from __future__ import annotations
 
