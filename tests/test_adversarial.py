@@ -8,6 +8,7 @@ earns nothing at all. Nothing one student's runner leaves behind reaches the nex
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,10 +31,11 @@ from test_sandbox import ORDINARY_USER, venv_of_an_ordinary_user
 from grader.autograde import autograde
 from grader.checks import EXERCISES
 from grader.course import Course, Results, answer_cell, notebook_path
-from grader.course.config import REPO, SOLUTIONS
+from grader.course.config import REPO, RUNNER_GRACE_SECONDS, SOLUTIONS
 from grader.course.intake import answer_source, exercises_of, source_notebook
 from grader.gradebook.config import gradebook_url
 from grader.grading.grade import Limits, grade_notebook
+from grader.grading.prestarted import prestarted
 from grader.grading.sandbox import Sandbox, available
 
 pytestmark = pytest.mark.skipif(not available(), reason="bubblewrap is not installed")
@@ -818,3 +821,29 @@ def test_no_process_of_an_earlier_answer_is_alive_when_a_later_one_runs(tmp_path
     nbformat.write(notebook, path)
     results = {r.name: r for r in grade_notebook(path, ASSIGNMENT, 0, sandbox=Sandbox())}
     assert results["stable_var"].score == 3, results["stable_var"].feedback
+
+
+# The answer stops its runner, whose own watchdog then never fires, and loops: only the grader's
+# deadline for the exercise (grader.grading.watch) ends it.
+STOPS_ITS_RUNNER = (
+    "import os\nimport signal\n\nos.kill(os.getppid(), signal.SIGSTOP)\nwhile True:\n    pass\n"
+)
+
+
+@pytest.mark.parametrize("prestart", [False, True], ids=["runner_per_student", "prestarted"])
+def test_an_answer_that_stops_its_runner_is_timed_out_by_the_grader_alone(tmp_path, prestart):
+    path = tmp_path / "submitted.ipynb"
+    nbformat.write(notebook_with(STOPS_ITS_RUNNER + honest_layer_norm()), path)
+    sandbox = Sandbox()
+    if prestart and not sandbox.prestart:
+        pytest.skip("pre-started runners need root")
+    limits = Limits(wall_seconds=3, processes=64)
+    started = time.monotonic()
+    with prestarted(sandbox, tmp_path) if prestart else contextlib.nullcontext():
+        results = {r.name: r for r in grade_notebook(path, ASSIGNMENT, 1, limits, sandbox)}
+    took = time.monotonic() - started
+    assert results[ATTACKED].score == 0
+    assert "did not finish within 3 s (timeout)" in results[ATTACKED].feedback
+    assert {n: results[n].score for n in HONEST_ANSWERS} == HONEST_ANSWERS
+    # The whole runner's watchdog alone would have waited 3 s × its exercises + 60 s.
+    assert took < RUNNER_GRACE_SECONDS

@@ -27,6 +27,9 @@ EXERCISE_SECONDS = 60.0
 DEMO_EXERCISE_SECONDS = 15.0
 # What a runner may take beyond its exercises' time (start-up, imports) before it is killed.
 RUNNER_GRACE_SECONDS = 60.0
+# What the grader gives an exercise beyond its own time before it kills the runner itself (the
+# runner's own clean-up of an overrun takes up to 5 s: grader.grading.sandboxed.runner).
+EXERCISE_GRACE_SECONDS = 10.0
 # Per exercise, in the runner's forked child (grader.grading.grade.Limits).
 EXERCISE_MEMORY_MB = 3000  # torch needs ~1 GB of address space to import
 EXERCISE_CPU_SECONDS = 60

@@ -12,6 +12,7 @@ said an exercise had started can cost that exercise points.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -40,6 +41,7 @@ from grader.course.intake import Submission
 from grader.grading.prestarted import Prestarted, PrestartFailed
 from grader.grading.sandbox import RUNNER_MODULE, Sandbox, runner_env, runner_setup
 from grader.grading.sandboxed import record
+from grader.grading.watch import Clock, exchange, protocol
 from normcheck.integrity import forbidden_uses, integrity_message
 
 TAIL_CHARS = 300  # of a failed runner's stderr, to name the cause
@@ -164,21 +166,21 @@ def run_job(
     any student code ran, or said it could not do its part."""
     if RUNNERS.stopping.is_set():
         raise Stopped("the grader was stopped")
-    timeout = limits.wall_seconds * max(cases, 1) + RUNNER_GRACE_SECONDS
+    clock = Clock(limits.wall_seconds * max(cases, 1) + RUNNER_GRACE_SECONDS, limits.wall_seconds)
     module = "grader.grading.sandboxed.runner" if sandbox is None else RUNNER_MODULE
     command = [sys.executable, "-P", "-m", module]
     if prestarted is not None:
         try:
-            out, err = prestarted.run(job, frames, timeout, RUNNERS.track)
+            out, err = prestarted.run(job, frames, clock, RUNNERS.track)
         except PrestartFailed as error:
             raise GraderFault(str(error)) from None
     else:
         out, err = _run(
-            command if sandbox is None else sandbox.command(command, job), job, frames, timeout
+            command if sandbox is None else sandbox.command(command, job), job, frames, clock
         )
     if RUNNERS.stopping.is_set():
         raise Stopped("the grader was stopped")
-    started, results, fault = _messages(out)
+    started, results, fault = protocol(out)
     if fault:
         raise GraderFault(fault)
     if not started:  # no student code ran: whatever stopped it was not the student's doing
@@ -187,46 +189,33 @@ def run_job(
     return [(name, results.get(name)) for name in started]
 
 
-def _messages(out: bytes) -> tuple[list[str], dict[str, bytes], str]:
-    """The runner's stdout read as its protocol (see grader.grading.sandboxed.runner): the exercises
-    started, the result frame of each one done, and the fault it reported ('' if none). A
-    result cut short (the runner was killed while sending it) is no result."""
-    started, results, at = [], {}, 0
-    while (end := out.find(b"\n", at)) >= 0:
-        word, _, rest = out[at:end].decode(errors="replace").partition(" ")
-        at = end + 1
-        if word == "fault":
-            return started, results, rest
-        if word == "started":
-            started.append(rest)
-        elif word == "done":
-            name, _, size = rest.partition(" ")
-            if len(out) - at < int(size):
-                break
-            results[name] = out[at : at + int(size)]
-            at += int(size)
-    return started, results, ""
-
-
-def _run(command: list[str], job: Path, frames: bytes, timeout: float) -> tuple[bytes, bytes]:
+def _run(command: list[str], job: Path, frames: bytes, clock: Clock) -> tuple[bytes, bytes]:
     """Run the runner in its own process group (a terminal's Ctrl-C is the grader's to handle,
-    not the runner's to die of), killed on overrun or stop; `frames` is its stdin; returns its
-    stdout and stderr."""
-    process = subprocess.Popen(
-        command,
-        cwd=job,
-        env=runner_env(job),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    with RUNNERS.track(lambda: _kill_group(process)):
+    not the runner's to die of), killed when `clock` says its time is up or on a stop; `frames`
+    is its stdin; returns its stdout and stderr."""
+    stdin, stdout, stderr = os.pipe(), os.pipe(), os.pipe()
+    try:
+        process = subprocess.Popen(
+            command,
+            cwd=job,
+            env=runner_env(job),
+            stdin=stdin[0],
+            stdout=stdout[1],
+            stderr=stderr[1],
+            start_new_session=True,
+        )
+    except OSError:
+        for fd in (*stdin, *stdout, *stderr):
+            os.close(fd)
+        raise
+    for fd in (stdin[0], stdout[1], stderr[1]):
+        os.close(fd)
+    kill = functools.partial(_kill_group, process)
+    with RUNNERS.track(kill):
         try:
-            return process.communicate(frames, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(process)
-            return process.communicate()
+            return exchange(stdin[1], stdout[0], stderr[0], frames, clock, kill)
+        finally:
+            process.wait()
 
 
 def grade_notebook(

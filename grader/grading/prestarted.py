@@ -18,13 +18,13 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from grader.course.config import PRESTART_KILLED_SECONDS, PRESTART_SECONDS
 from grader.grading.sandbox import SANDBOX_ENV, Sandbox, runner_env, setup_cells
+from grader.grading.watch import Clock, exchange
 
 TAIL_CHARS = 300
 
@@ -64,10 +64,11 @@ class Prestarted:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def run(self, job: Path, frames: bytes, timeout: float, track) -> tuple[bytes, bytes]:
+    def run(self, job: Path, frames: bytes, clock: Clock, track) -> tuple[bytes, bytes]:
         """A runner for the job folder `job` (in `root`), in a sandbox of its own, fed `frames`
-        on its stdin and killed after `timeout` seconds; its stdout and stderr. `track`: the
-        context manager that registers its kill for a stop (grader.grading.grade.RUNNERS.track)."""
+        on its stdin and killed when `clock` says its time is up; its stdout and stderr.
+        `track`: the context manager that registers its kill for a stop
+        (grader.grading.grade.RUNNERS.track)."""
         env = runner_env(job) | SANDBOX_ENV
         request = {"job": job.name, "uid": self.sandbox.uid_for(job), "env": env}
         stdin, stdout, stderr, lifeline = os.pipe(), os.pipe(), os.pipe(), os.pipe()
@@ -83,7 +84,7 @@ class Prestarted:
                 os.close(fd)
         student = _Student(lifeline[1])
         with track(student.kill):
-            return _exchange(stdin[1], stdout[0], stderr[0], frames, timeout, student.kill)
+            return exchange(stdin[1], stdout[0], stderr[0], frames, clock, student.kill)
 
     def close(self) -> None:
         """Hang up (the runner exits), kill what is left, remove its folder."""
@@ -113,51 +114,6 @@ class _Student:
             if self._lifeline is not None:
                 os.close(self._lifeline)
                 self._lifeline = None
-
-
-def _exchange(
-    stdin: int, stdout: int, stderr: int, frames: bytes, timeout: float, kill
-) -> tuple[bytes, bytes]:
-    """Write `frames` to `stdin` while reading `stdout` and `stderr` to their ends; `kill` when
-    `timeout` passes, then read what is left. Every descriptor is closed on return."""
-    out, err = bytearray(), bytearray()
-    sinks = {stdout: out, stderr: err}
-    pending = memoryview(frames)
-    for fd in (stdin, stdout, stderr):
-        os.set_blocking(fd, False)
-    deadline = time.monotonic() + timeout
-    killed = False
-    try:
-        while sinks:
-            left = deadline - time.monotonic()
-            if left <= 0 and not killed:
-                kill()
-                killed, deadline = True, time.monotonic() + PRESTART_KILLED_SECONDS
-                continue
-            if left <= 0:
-                break  # killed and still not closed: give up on what is left
-            writing = [stdin] if pending else []
-            readable, writable, _ = select.select(list(sinks), writing, [], left)
-            if writable:
-                try:
-                    pending = pending[os.write(stdin, pending) :]
-                except BrokenPipeError:
-                    pending = pending[:0]
-                if not pending:
-                    os.close(stdin)
-                    stdin = -1
-            for fd in readable:
-                chunk = os.read(fd, 1 << 16)
-                if chunk:
-                    sinks[fd] += chunk
-                else:
-                    del sinks[fd]
-    finally:
-        kill()
-        for fd in (stdin, stdout, stderr):
-            if fd >= 0:
-                os.close(fd)
-    return bytes(out), bytes(err)
 
 
 class RunnerPool:
