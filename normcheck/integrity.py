@@ -24,10 +24,10 @@ TAMPERING = {
     "_push_on_torch_function_stack",
     "_set_torch_function_mode",
 }
-OFF_LIMITS_MODULES = ("grader", "normcheck", "importlib", "ctypes", "gc", "inspect")
-# Ways of reaching an attribute by a name that is not written out: a namespace's dict, the lookup
-# itself, and the operator module's getters. No answer needs them.
-NAMELESS_LOOKUPS = {"__dict__", "__getattribute__", "attrgetter", "methodcaller"}
+OFF_LIMITS_MODULES = ("grader", "normcheck", "importlib", "ctypes", "gc", "inspect", "builtins")
+# Ways of reaching an attribute by a name that is not written out: a namespace's dict (the
+# builtins' too), the lookup itself, and the operator module's getters. No answer needs them.
+NAMELESS_LOOKUPS = {"__dict__", "__builtins__", "__getattribute__", "attrgetter", "methodcaller"}
 ATTRIBUTE_BUILTINS = {"getattr", "setattr", "delattr", "hasattr"}
 # torch's own Python implementations of its operators, normalizations among them, and their
 # private helpers: an answer has no use for them.
@@ -46,8 +46,9 @@ def _computed_attribute(node: ast.Call) -> bool:
 
 def _nameless_lookups(tree: ast.AST) -> list[ast.AST]:
     """Each lookup of an attribute by a name the source does not write out: a namespace's
-    `__dict__`, `__getattribute__`, the operator module's getters, and getattr and its kin used
-    as values (`g = getattr`) rather than called, which `_computed_attribute` cannot follow."""
+    `__dict__`, `__getattribute__`, the operator module's getters, and getattr and its kin, and
+    the dynamic calls, used as values (`g = getattr`, `map(eval, …)`) rather than called, which
+    `_computed_attribute` and `hidden_calls` cannot follow."""
     called = {
         id(node.func)
         for node in ast.walk(tree)
@@ -56,7 +57,9 @@ def _nameless_lookups(tree: ast.AST) -> list[ast.AST]:
     found = []
     for node in ast.walk(tree):
         name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
-        if name in NAMELESS_LOOKUPS or (name in ATTRIBUTE_BUILTINS and id(node) not in called):
+        dynamic = isinstance(node, ast.Name) and name in DYNAMIC_CALLS  # not `model.eval`
+        as_value = (name in ATTRIBUTE_BUILTINS or dynamic) and id(node) not in called
+        if name in NAMELESS_LOOKUPS or as_value:
             found.append(node)
         elif isinstance(node, ast.alias) and node.name in NAMELESS_LOOKUPS:
             found.append(node)
