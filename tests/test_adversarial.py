@@ -177,9 +177,9 @@ def library_routes() -> dict[str, tuple[str, str, float]]:
         + ROUTE_HEAD
         + "    ref = REF.__dict__['layer' + '_norm']\n"
         "    return ThreadPoolExecutor(1).submit(ref, x, shape, weight, bias, eps).result()\n",
-        "reference_sibling_instance_norm": REFERENCE
+        "reference_sibling_batch_norm": REFERENCE
         + ROUTE_HEAD
-        + "    y = REF.instance_norm(rows[None], eps=eps)[0].reshape(x.shape)\n"
+        + "    y = REF.batch_norm(rows.T, None, None, training=True, eps=eps).T.reshape(x.shape)\n"
         + AFFINE,
         "destroy_the_block_through_gc": FIND_IN_GC
         + "    if isinstance(o, torch.library.Library):\n"
