@@ -22,12 +22,11 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import sys
 import threading
-import time
+from collections import Counter
 from collections.abc import Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +46,7 @@ from grader.course.config import (
 from grader.course.discovery import student_folders
 from grader.course.intake import Submission
 from grader.course.intake import fingerprint as notebook_fingerprint
+from grader.course.progress import Progress
 from grader.gradebook import records
 from grader.gradebook.config import recording_api
 from grader.gradebook.preprocessor import InjectResults
@@ -243,33 +243,19 @@ def grade_submission(root: Path, student: str, assignment: str, submission: Path
             shutil.rmtree(course.scratch, ignore_errors=True)
 
 
-class Progress:
-    """One status line: notebooks and students done, failures, time left (a log line per
-    notebook when the output is not a terminal)."""
+class BatchProgress(Progress):
+    """The batch's progress: notebooks recorded, students done, notebooks not recorded."""
 
-    def __init__(self, tasks: list[Task], stream=sys.stderr):
-        self.left = {}
-        for task in tasks:
-            self.left[task.student] = self.left.get(task.student, 0) + 1
-        self.total, self.done, self.failed = len(tasks), 0, 0
-        self.start, self.stream = time.monotonic(), stream
+    def __init__(self, tasks: list[Task]) -> None:
+        super().__init__("autograde", len(tasks), "notebooks")
+        self.left = Counter(task.student for task in tasks)
+        self.failed = 0
 
-    def advance(self, outcome: Outcome) -> None:
-        self.done += 1
-        self.failed += bool(outcome.problem)
+    def recorded(self, outcome: Outcome) -> None:
         self.left[outcome.task.student] -= 1
-        students_done = sum(n == 0 for n in self.left.values())
-        elapsed = time.monotonic() - self.start
-        remaining = elapsed / self.done * (self.total - self.done)
-        width = 24
-        bar = "#" * (width * self.done // max(self.total, 1))
-        line = (
-            f"[{bar:<{width}}] {self.done}/{self.total} notebooks, "
-            f"{students_done}/{len(self.left)} students, {self.failed} not recorded, "
-            f"~{remaining:.0f} s left  ({outcome.task.label})"
-        )
-        end = "\r" if self.stream.isatty() and self.done < self.total else "\n"
-        print(line.ljust(110), end=end, file=self.stream, flush=True)
+        self.failed += bool(outcome.problem)
+        students = f"{sum(n == 0 for n in self.left.values())}/{len(self.left)} students"
+        self.advance(outcome.task.label, f"{students}, {self.failed} not recorded")
 
 
 def autograde(
@@ -318,8 +304,9 @@ def autograde(
                 else:
                     todo.append(task)
             run = _Run(course, recording_api(course), jobs, seed, limits, sandbox)
-            with prestarted(sandbox, course.scratch), records.one_gradebook_session():
-                outcomes += run.grade_and_record(todo, Progress(todo) if progress else None)
+            bar = BatchProgress(todo) if progress else nullcontext()
+            with prestarted(sandbox, course.scratch), records.one_gradebook_session(), bar:
+                outcomes += run.grade_and_record(todo, bar if progress else None)
             _stop_point()
             return sorted(outcomes, key=lambda o: (o.task.student, o.task.assignment))
         finally:
@@ -335,7 +322,7 @@ class _Run:
     limits: Limits
     sandbox: Sandbox | None
 
-    def grade_and_record(self, todo: list[Task], bar: Progress | None) -> list[Outcome]:
+    def grade_and_record(self, todo: list[Task], bar: BatchProgress | None) -> list[Outcome]:
         """Grade each student's notebooks in worker threads, record them in this one; on a
         stop, record nothing more and wait for the workers, whose runners are being killed."""
         by_student: dict[str, list[Task]] = {}
@@ -355,7 +342,7 @@ class _Run:
                 for outcome in _record_all(tasks, future, self.course, self.api):
                     outcomes.append(outcome)
                     if bar:
-                        bar.advance(outcome)
+                        bar.recorded(outcome)
             pool.shutdown(cancel_futures=True)
         return outcomes
 
