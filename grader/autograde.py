@@ -55,7 +55,7 @@ from grader.grading.grade import (
     RUNNERS,
     GraderFault,
     Limits,
-    grade_submissions,
+    grade_in_one_runner,
 )
 from grader.grading.prestarted import prestarted
 from grader.grading.sandbox import Sandbox, SandboxUnavailable
@@ -166,13 +166,13 @@ def register_all(course: Course) -> None:
         records.register(course, api, assignment)
 
 
-def grade(
+def grade_and_store(
     tasks: list[Task], course: Course, seed: int, limits: Limits, sandbox
 ) -> list[Submission]:
     """Phase 1 (any thread): read and grade one student's notebooks together and store each
     result; returns the submissions as read, for phase 2 to record, in the order of `tasks`."""
     submissions = [Submission.read(t.submission, t.assignment, course.source) for t in tasks]
-    graded = grade_submissions(submissions, seed, limits, sandbox, scratch=course.scratch)
+    graded = grade_in_one_runner(submissions, seed, limits, sandbox, scratch=course.scratch)
     for task, submission, exercises in zip(tasks, submissions, graded, strict=True):
         path = course.results_file(task.student, task.assignment)
         try:
@@ -203,7 +203,7 @@ class GradeThenInject(InjectResults):
                 resources["nbgrader"]["assignment"],
             )
             submission = notebook_path(Path(self.submissions_dir) / student, assignment)
-            grade_submission(Path(self.results_dir).parent, student, assignment, submission)
+            grade_for_nbgrader(Path(self.results_dir).parent, student, assignment, submission)
         return super().preprocess(nb, resources)
 
 
@@ -216,7 +216,7 @@ def record(task: Task, course: Course, api: NbGraderAPI, submission: Submission)
     return Outcome(task, score=results.score, max_score=results.max_score)
 
 
-def grade_submission(root: Path, student: str, assignment: str, submission: Path) -> None:
+def grade_for_nbgrader(root: Path, student: str, assignment: str, submission: Path) -> None:
     """For nbgrader's own `autograde` of the course at `root`: grade `submission` in the sandbox
     as `grader autograde` does, unless the stored result was graded from these very bytes.
 
@@ -238,7 +238,7 @@ def grade_submission(root: Path, student: str, assignment: str, submission: Path
     with course.lock():
         course.clean_scratch()
         try:
-            grade([task], course, fresh_seed(), limits, sandbox)
+            grade_and_store([task], course, fresh_seed(), limits, sandbox)
         finally:
             shutil.rmtree(course.scratch, ignore_errors=True)
 
@@ -331,7 +331,9 @@ class _Run:
         outcomes = []
         with ThreadPoolExecutor(max_workers=self.jobs or os.cpu_count() or 1) as pool:
             futures = {
-                pool.submit(grade, tasks, self.course, self.seed, self.limits, self.sandbox): tasks
+                pool.submit(
+                    grade_and_store, tasks, self.course, self.seed, self.limits, self.sandbox
+                ): tasks
                 for tasks in by_student.values()
             }
             for future in as_completed(futures):

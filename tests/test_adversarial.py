@@ -32,7 +32,7 @@ from grader.course import Course, Results, answer_cell, notebook_path
 from grader.course.config import REPO, SOLUTIONS
 from grader.course.intake import answer_source, exercises_of, source_notebook
 from grader.gradebook.config import gradebook_url
-from grader.grading.grade import Limits, grade_notebook
+from grader.grading.grade import Limits, grade_notebook_file
 from grader.grading.sandbox import Sandbox, available
 
 pytestmark = pytest.mark.skipif(not available(), reason="bubblewrap is not installed")
@@ -731,7 +731,7 @@ def test_an_answer_cannot_write_the_record_of_another_exercise(tmp_path, forger,
     answer_cell(notebook, victim).source = EXITS.format(name=victim)
     path = tmp_path / f"{ASSIGNMENT}.ipynb"
     nbformat.write(notebook, path)
-    results = {r.name: r for r in grade_notebook(path, ASSIGNMENT, 0, sandbox=Sandbox())}
+    results = {r.name: r for r in grade_notebook_file(path, ASSIGNMENT, 0, sandbox=Sandbox())}
     assert results[victim].score == 0, results[victim].feedback
 
 
@@ -782,7 +782,7 @@ def test_an_answer_cannot_prepare_the_result_of_a_later_exercise(tmp_path, how):
     answer_cell(notebook, "stable_var").source = later
     path = tmp_path / f"{ASSIGNMENT}.ipynb"
     nbformat.write(notebook, path)
-    results = {r.name: r for r in grade_notebook(path, ASSIGNMENT, 0, sandbox=Sandbox())}
+    results = {r.name: r for r in grade_notebook_file(path, ASSIGNMENT, 0, sandbox=Sandbox())}
     assert results["layer_norm"].score == 10, results["layer_norm"].feedback
     assert results["stable_var"].score == 0, results["stable_var"].feedback
 
@@ -816,5 +816,5 @@ def test_no_process_of_an_earlier_answer_is_alive_when_a_later_one_runs(tmp_path
         cell.source = code + cell.source
     path = tmp_path / f"{ASSIGNMENT}.ipynb"
     nbformat.write(notebook, path)
-    results = {r.name: r for r in grade_notebook(path, ASSIGNMENT, 0, sandbox=Sandbox())}
+    results = {r.name: r for r in grade_notebook_file(path, ASSIGNMENT, 0, sandbox=Sandbox())}
     assert results["stable_var"].score == 3, results["stable_var"].feedback

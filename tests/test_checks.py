@@ -20,7 +20,7 @@ from conftest import (
     known_mistake,
 )
 
-from grader.checks import EXERCISES, grade, rubric, run
+from grader.checks import EXERCISES, grade_in_kernel, rubric, run
 from grader.checks import batch_norm as batch_norm_checks
 from grader.checks import group_norm as group_norm_checks
 from grader.checks import layer_norm as layer_norm_checks
@@ -397,7 +397,7 @@ def test_grade_returns_the_partial_score_and_check_stays_quiet_when_autograding(
     unbiased = known_mistake(exercise, "unbiased variance")
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     check("layer_norm", unbiased)  # would raise for a student; when grading the score decides
-    score = grade("layer_norm", unbiased)
+    score = grade_in_kernel("layer_norm", unbiased)
     assert 0 < score < exercise.points
     assert "n−1" in capsys.readouterr().out
 

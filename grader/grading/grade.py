@@ -229,7 +229,7 @@ def _run(command: list[str], job: Path, frames: bytes, timeout: float) -> tuple[
             return process.communicate()
 
 
-def grade_notebook(
+def grade_notebook_file(
     path: Path,
     assignment: str,
     seed: int,
@@ -244,10 +244,10 @@ def grade_notebook(
     student release, so they run where the course source (the answer key) is not installed.
     """
     submission = Submission.read(path, assignment, SOLUTIONS if hidden else RELEASE)
-    return grade_submissions([submission], seed, limits, sandbox, hidden)[0]
+    return grade_in_one_runner([submission], seed, limits, sandbox, hidden)[0]
 
 
-def grade_submissions(
+def grade_in_one_runner(
     submissions: list[Submission],
     seed: int,
     limits: Limits = DEFAULT_LIMITS,
