@@ -34,7 +34,7 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.apps import NbGraderAPI
 
 import grader.grading.sandbox  # Sandbox is looked up when grading: a test can make it unavailable
-from grader.course import UNJUDGED, Course, Refused, Results, notebook_path
+from grader.course import UNJUDGED, CannotStart, Course, Results, notebook_path
 from grader.course.config import (
     EXERCISE_SECONDS,
     SANDBOX_PROCESSES,
@@ -63,7 +63,7 @@ from grader.grading.sandbox import Sandbox, SandboxUnavailable
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-class GradebookLost(Refused):
+class GradebookLost(CannotStart):
     pass
 
 
@@ -110,7 +110,8 @@ def handed_in(task: Task) -> bool:
 
 def discover(submissions: Path) -> list[Task]:
     """One task per assignment a student handed in: <student>/<assignment>/<assignment>.ipynb.
-    Tool litter is no student, and a folder name nbgrader cannot store is left out (`refused`)."""
+    Tool litter is no student, and a folder name nbgrader cannot store is left out
+    (`misnamed_folders`)."""
     return [t for t in _tasks(submissions, student_folders(submissions)[0]) if handed_in(t)]
 
 
@@ -129,7 +130,7 @@ def _wanted(task: Task, students: Collection[str], notebooks: Collection[str]) -
     )
 
 
-def refused(submissions: Path) -> list[Outcome]:
+def misnamed_folders(submissions: Path) -> list[Outcome]:
     """Every notebook of each student whose folder name nbgrader cannot store: not graded."""
     reasons = student_folders(submissions)[1]
     return [
@@ -221,7 +222,7 @@ def grade_for_nbgrader(root: Path, student: str, assignment: str, submission: Pa
     as `grader autograde` does, unless the stored result was graded from these very bytes.
 
     Raises:
-        Refused: another run holds the course, or there is no sandbox to grade in.
+        CannotStart: another run holds the course, or there is no sandbox to grade in.
         GraderFault: the runner failed for the grader's reasons (nothing is stored).
     """
     course, task = Course(root), Task(student, assignment, submission)
@@ -234,7 +235,7 @@ def grade_for_nbgrader(root: Path, student: str, assignment: str, submission: Pa
     try:
         sandbox, limits = sandboxed(course.source)
     except SandboxUnavailable as error:
-        raise Refused(f"cannot grade {student}/{assignment}: {error}") from None
+        raise CannotStart(f"cannot grade {student}/{assignment}: {error}") from None
     with course.lock():
         course.clean_scratch()
         try:
@@ -293,7 +294,7 @@ def autograde(
         try:
             register_all(course)
             seed = fresh_seed() if seed is None else seed
-            outcomes, todo = refused(submissions), []
+            outcomes, todo = misnamed_folders(submissions), []
             for task in discover(submissions):
                 if not _wanted(task, students, notebooks):
                     continue
