@@ -71,7 +71,7 @@ from grader.course.intake import (
 from grader.gradebook.records import cell_scores
 from grader.grading.grade import grade_in_one_runner
 from grader.grading.sandbox import available as sandbox_available
-from grader.grading.sandboxed.probe import load_answer
+from grader.grading.sandboxed.calling import load_answer
 from grader.release.demo import PROFILES, Profile, write_class
 
 try:  # psutil comes with jupyter's dependencies; without it only the largest process is known

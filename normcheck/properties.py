@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
-    from grader.grading.sandboxed.probe import Arrays
+    from grader.grading.sandboxed.calling import Arrays
 
 
 class Structural(str):

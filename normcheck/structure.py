@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from normcheck.probing import ALONE, Arrays
 from normcheck.properties import Combination, Structural, about, combination
+from normcheck.shared import ALONE, Arrays
 
 SWITCH_OFF = ("self_attn.out_proj.weight", "linear2.weight")  # zeroed: F₁ ≡ b₁, F₂ ≡ b₂
 

@@ -277,8 +277,8 @@ def attacks(port: int, course: Path, submissions: Path) -> dict[str, tuple[str, 
         ),
         "write_grader_code": (
             # The runner's own code, the only code of the grader the sandbox shows.
-            "import sandboxed.probe\n\n"
-            "open(sandboxed.probe.__file__, 'a').write('# pwned')\n" + honest,
+            "import sandboxed.calling\n\n"
+            "open(sandboxed.calling.__file__, 'a').write('# pwned')\n" + honest,
             "PermissionError",
             0,
         ),

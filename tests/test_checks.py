@@ -38,7 +38,7 @@ from grader.checks.core import (
 from grader.checks.library import AUTOGRAD, forbid
 from grader.course.config import assignments
 from grader.course.intake import answer_source, exercises_of, source_notebook
-from grader.grading.sandboxed.probe import call, trailing_dims
+from grader.grading.sandboxed.calling import call, trailing_dims
 from norm_utils.gradients import numerical_grad
 from normcheck import CheckFailed, check
 

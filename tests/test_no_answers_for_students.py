@@ -29,7 +29,7 @@ from grader.course import notebook_path
 from grader.course.config import RELEASE, assignments
 from grader.course.intake import answer_source, setup_code, source_notebook
 from grader.grading.grade import grade_notebook_file
-from grader.grading.sandboxed.probe import load_answer
+from grader.grading.sandboxed.calling import load_answer
 from normcheck import check, visible
 from normcheck.integrity import forbidden_uses
 

@@ -30,7 +30,7 @@ import torch
 
 from grader.checks.inputs import Case
 from grader.checks.library import Forbidden
-from grader.grading.sandboxed.probe import Arrays, Outputs, Probe, StudentError, outputs_of
+from grader.grading.sandboxed.calling import Arrays, Outputs, Probe, StudentError, outputs_of
 from normcheck.judge import CheckOutcome, Expected, Structure, Verdict, difference, margin, named
 from normcheck.judge import judge_check as judged
 from normcheck.properties import Property

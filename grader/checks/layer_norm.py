@@ -30,7 +30,7 @@ from grader.checks.core import WIDE, Arrays, Exercise, Structure, hidden, slip, 
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, VARIANCE, forbid
 from grader.checks.variants import eps_rstds, standardized, variance_of, with_affine
-from grader.grading.sandboxed.probe import trailing_dims
+from grader.grading.sandboxed.calling import trailing_dims
 from grader.grading.sandboxed.probes import probe_backward, probe_layer_norm, probe_var
 from grader.reference import functional as ref
 from normcheck.gradients import LAYER_NORM_BACKWARD as BACKWARD_PROPERTIES

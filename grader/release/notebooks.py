@@ -122,7 +122,7 @@ STUDENT_DISTRIBUTION = "normalization_course_student"
 # which import each other relatively), and the demos' package.
 _STUDENT_FILES = {
     "normcheck": ("normcheck", ("*.py", "data/*.json", "data/*.npz")),
-    "normcheck/sandboxed": ("grader/grading/sandboxed", ("__init__.py", "probe.py", "probes.py")),
+    "normcheck/sandboxed": ("grader/grading/sandboxed", ("__init__.py", "calling.py", "probes.py")),
     "norm_utils": ("norm_utils", ("*.py",)),
 }
 _REQUIREMENTS = ("torch", "numpy", "matplotlib")
