@@ -53,12 +53,12 @@ __all__ = [
     "hidden",
     "judge",
     "judge_check",
+    "known_mistake",
     "margin",
     "named",
     "outputs_of",
     "plan",
     "prepare",
-    "slip",
     "visible",
 ]
 
@@ -73,7 +73,7 @@ class Mistake:
     structural: bool = False  # a wrong structure: the exercise is capped (`Structure`)
 
 
-def slip(
+def known_mistake(
     variant: Callable[..., Any],
     name: str,
     message: str,
