@@ -59,7 +59,7 @@ from grader.autograde import register_all
 from grader.course import Course, notebook_path
 from grader.course.config import assignments
 from grader.course.intake import Submission
-from grader.grading.grade import grade_submissions
+from grader.grading.grade import grade_in_one_runner
 from grader.grading.prestarted import prestarted
 from grader.grading.sandbox import Sandbox
 from grader.release.demo import PROFILES, write_class
@@ -189,7 +189,7 @@ def startup_rows(work: Path, repeats: int) -> list[list[object]]:
             for way in timings:
                 sandbox.pool = pool if way == "pre-started" else None
                 start = time.perf_counter()
-                grade_submissions(read, SEED, sandbox=sandbox)
+                grade_in_one_runner(read, SEED, sandbox=sandbox)
                 timings[way].append(time.perf_counter() - start)
         sandbox.pool = pool
     notebooks = len(assignments())

@@ -69,9 +69,9 @@ from grader.course.intake import (
     source_notebook,
 )
 from grader.gradebook.records import cell_scores
-from grader.grading.grade import grade_submissions
+from grader.grading.grade import grade_in_one_runner
 from grader.grading.sandbox import available as sandbox_available
-from grader.grading.sandboxed.probe import load_answer
+from grader.grading.sandboxed.calling import load_answer
 from grader.release.demo import PROFILES, Profile, write_class
 
 try:  # psutil comes with jupyter's dependencies; without it only the largest process is known
@@ -429,7 +429,7 @@ def one_student_seconds(work: Path, student: str) -> tuple[float, float]:
     submissions = write_class(work / "submissions", {student: PROFILES[student]})
     start = time.perf_counter()
     read = [Submission.read(notebook_path(submissions / student, a), a) for a in assignments()]
-    grade_submissions(read, SEED)
+    grade_in_one_runner(read, SEED)
     graded = time.perf_counter() - start
     course = Course(work / "course")
     register_all(course)  # registering the assignments is not part of grading, as for both systems

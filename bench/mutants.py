@@ -44,7 +44,7 @@ from mutation import (
 )
 
 from grader.checks import EXERCISES
-from grader.grading.sandboxed.probe import load_answer
+from grader.grading.sandboxed.calling import load_answer
 
 WRONG_ANSWERS = Path(__file__).resolve().parents[1] / "tests" / "wrong_answers"
 

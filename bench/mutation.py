@@ -24,7 +24,7 @@ from grader.checks import EXERCISES, run
 from grader.checks.core import Arrays, Exercise, Outputs, StudentError, Verdict, plan
 from grader.course.config import assignments
 from grader.course.intake import answer_source, exercises_of, setup_code, source_notebook
-from grader.grading.sandboxed.probe import call, load_answer
+from grader.grading.sandboxed.calling import call, load_answer
 
 _SWAPPED_OPS = {
     ast.Add: ast.Sub,

@@ -22,12 +22,11 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import sys
 import threading
-import time
+from collections import Counter
 from collections.abc import Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +34,7 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.apps import NbGraderAPI
 
 import grader.grading.sandbox  # Sandbox is looked up when grading: a test can make it unavailable
-from grader.course import UNJUDGED, Course, Refused, Results, notebook_path
+from grader.course import UNJUDGED, CannotStart, Course, Results, notebook_path
 from grader.course.config import (
     EXERCISE_SECONDS,
     SANDBOX_PROCESSES,
@@ -47,6 +46,7 @@ from grader.course.config import (
 from grader.course.discovery import student_folders
 from grader.course.intake import Submission
 from grader.course.intake import fingerprint as notebook_fingerprint
+from grader.course.progress import Progress
 from grader.gradebook import records
 from grader.gradebook.config import recording_api
 from grader.gradebook.preprocessor import InjectResults
@@ -55,7 +55,7 @@ from grader.grading.grade import (
     RUNNERS,
     GraderFault,
     Limits,
-    grade_submissions,
+    grade_in_one_runner,
 )
 from grader.grading.prestarted import prestarted
 from grader.grading.sandbox import Sandbox, SandboxUnavailable
@@ -63,7 +63,7 @@ from grader.grading.sandbox import Sandbox, SandboxUnavailable
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-class GradebookLost(Refused):
+class GradebookLost(CannotStart):
     pass
 
 
@@ -110,7 +110,8 @@ def handed_in(task: Task) -> bool:
 
 def discover(submissions: Path) -> list[Task]:
     """One task per assignment a student handed in: <student>/<assignment>/<assignment>.ipynb.
-    Tool litter is no student, and a folder name nbgrader cannot store is left out (`refused`)."""
+    Tool litter is no student, and a folder name nbgrader cannot store is left out
+    (`misnamed_folders`)."""
     return [t for t in _tasks(submissions, student_folders(submissions)[0]) if handed_in(t)]
 
 
@@ -129,7 +130,7 @@ def _wanted(task: Task, students: Collection[str], notebooks: Collection[str]) -
     )
 
 
-def refused(submissions: Path) -> list[Outcome]:
+def misnamed_folders(submissions: Path) -> list[Outcome]:
     """Every notebook of each student whose folder name nbgrader cannot store: not graded."""
     reasons = student_folders(submissions)[1]
     return [
@@ -166,13 +167,13 @@ def register_all(course: Course) -> None:
         records.register(course, api, assignment)
 
 
-def grade(
+def grade_and_store(
     tasks: list[Task], course: Course, seed: int, limits: Limits, sandbox
 ) -> list[Submission]:
     """Phase 1 (any thread): read and grade one student's notebooks together and store each
     result; returns the submissions as read, for phase 2 to record, in the order of `tasks`."""
     submissions = [Submission.read(t.submission, t.assignment, course.source) for t in tasks]
-    graded = grade_submissions(submissions, seed, limits, sandbox, scratch=course.scratch)
+    graded = grade_in_one_runner(submissions, seed, limits, sandbox, scratch=course.scratch)
     for task, submission, exercises in zip(tasks, submissions, graded, strict=True):
         path = course.results_file(task.student, task.assignment)
         try:
@@ -203,7 +204,7 @@ class GradeThenInject(InjectResults):
                 resources["nbgrader"]["assignment"],
             )
             submission = notebook_path(Path(self.submissions_dir) / student, assignment)
-            grade_submission(Path(self.results_dir).parent, student, assignment, submission)
+            grade_for_nbgrader(Path(self.results_dir).parent, student, assignment, submission)
         return super().preprocess(nb, resources)
 
 
@@ -216,12 +217,12 @@ def record(task: Task, course: Course, api: NbGraderAPI, submission: Submission)
     return Outcome(task, score=results.score, max_score=results.max_score)
 
 
-def grade_submission(root: Path, student: str, assignment: str, submission: Path) -> None:
+def grade_for_nbgrader(root: Path, student: str, assignment: str, submission: Path) -> None:
     """For nbgrader's own `autograde` of the course at `root`: grade `submission` in the sandbox
     as `grader autograde` does, unless the stored result was graded from these very bytes.
 
     Raises:
-        Refused: another run holds the course, or there is no sandbox to grade in.
+        CannotStart: another run holds the course, or there is no sandbox to grade in.
         GraderFault: the runner failed for the grader's reasons (nothing is stored).
     """
     course, task = Course(root), Task(student, assignment, submission)
@@ -234,42 +235,28 @@ def grade_submission(root: Path, student: str, assignment: str, submission: Path
     try:
         sandbox, limits = sandboxed(course.source)
     except SandboxUnavailable as error:
-        raise Refused(f"cannot grade {student}/{assignment}: {error}") from None
+        raise CannotStart(f"cannot grade {student}/{assignment}: {error}") from None
     with course.lock():
         course.clean_scratch()
         try:
-            grade([task], course, fresh_seed(), limits, sandbox)
+            grade_and_store([task], course, fresh_seed(), limits, sandbox)
         finally:
             shutil.rmtree(course.scratch, ignore_errors=True)
 
 
-class Progress:
-    """One status line: notebooks and students done, failures, time left (a log line per
-    notebook when the output is not a terminal)."""
+class BatchProgress(Progress):
+    """The batch's progress: notebooks recorded, students done, notebooks not recorded."""
 
-    def __init__(self, tasks: list[Task], stream=sys.stderr):
-        self.left = {}
-        for task in tasks:
-            self.left[task.student] = self.left.get(task.student, 0) + 1
-        self.total, self.done, self.failed = len(tasks), 0, 0
-        self.start, self.stream = time.monotonic(), stream
+    def __init__(self, tasks: list[Task]) -> None:
+        super().__init__("autograde", len(tasks), "notebooks")
+        self.left = Counter(task.student for task in tasks)
+        self.failed = 0
 
-    def advance(self, outcome: Outcome) -> None:
-        self.done += 1
-        self.failed += bool(outcome.problem)
+    def recorded(self, outcome: Outcome) -> None:
         self.left[outcome.task.student] -= 1
-        students_done = sum(n == 0 for n in self.left.values())
-        elapsed = time.monotonic() - self.start
-        remaining = elapsed / self.done * (self.total - self.done)
-        width = 24
-        bar = "#" * (width * self.done // max(self.total, 1))
-        line = (
-            f"[{bar:<{width}}] {self.done}/{self.total} notebooks, "
-            f"{students_done}/{len(self.left)} students, {self.failed} not recorded, "
-            f"~{remaining:.0f} s left  ({outcome.task.label})"
-        )
-        end = "\r" if self.stream.isatty() and self.done < self.total else "\n"
-        print(line.ljust(110), end=end, file=self.stream, flush=True)
+        self.failed += bool(outcome.problem)
+        students = f"{sum(n == 0 for n in self.left.values())}/{len(self.left)} students"
+        self.advance(outcome.task.label, f"{students}, {self.failed} not recorded")
 
 
 def autograde(
@@ -307,7 +294,7 @@ def autograde(
         try:
             register_all(course)
             seed = fresh_seed() if seed is None else seed
-            outcomes, todo = refused(submissions), []
+            outcomes, todo = misnamed_folders(submissions), []
             for task in discover(submissions):
                 if not _wanted(task, students, notebooks):
                     continue
@@ -318,8 +305,9 @@ def autograde(
                 else:
                     todo.append(task)
             run = _Run(course, recording_api(course), jobs, seed, limits, sandbox)
-            with prestarted(sandbox, course.scratch), records.one_gradebook_session():
-                outcomes += run.grade_and_record(todo, Progress(todo) if progress else None)
+            bar = BatchProgress(todo) if progress else nullcontext()
+            with prestarted(sandbox, course.scratch), records.one_gradebook_session(), bar:
+                outcomes += run.grade_and_record(todo, bar if progress else None)
             _stop_point()
             return sorted(outcomes, key=lambda o: (o.task.student, o.task.assignment))
         finally:
@@ -335,7 +323,7 @@ class _Run:
     limits: Limits
     sandbox: Sandbox | None
 
-    def grade_and_record(self, todo: list[Task], bar: Progress | None) -> list[Outcome]:
+    def grade_and_record(self, todo: list[Task], bar: BatchProgress | None) -> list[Outcome]:
         """Grade each student's notebooks in worker threads, record them in this one; on a
         stop, record nothing more and wait for the workers, whose runners are being killed."""
         by_student: dict[str, list[Task]] = {}
@@ -344,7 +332,9 @@ class _Run:
         outcomes = []
         with ThreadPoolExecutor(max_workers=self.jobs or os.cpu_count() or 1) as pool:
             futures = {
-                pool.submit(grade, tasks, self.course, self.seed, self.limits, self.sandbox): tasks
+                pool.submit(
+                    grade_and_store, tasks, self.course, self.seed, self.limits, self.sandbox
+                ): tasks
                 for tasks in by_student.values()
             }
             for future in as_completed(futures):
@@ -355,7 +345,7 @@ class _Run:
                 for outcome in _record_all(tasks, future, self.course, self.api):
                     outcomes.append(outcome)
                     if bar:
-                        bar.advance(outcome)
+                        bar.recorded(outcome)
             pool.shutdown(cancel_futures=True)
         return outcomes
 

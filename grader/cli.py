@@ -105,7 +105,7 @@ def _autograde(args: argparse.Namespace) -> int:
     """Exit 0 when every notebook is graded and recorded, 1 when some are not (listed), 2 when
     the run is refused, 128 + N when stopped by signal N."""
     from grader.autograde import Interrupted, autograde, not_handed_in
-    from grader.course import Course, Refused
+    from grader.course import CannotStart, Course
     from grader.course.discovery import layout_problem
 
     _refuse_an_older_config(args.course)
@@ -128,7 +128,7 @@ def _autograde(args: argparse.Namespace) -> int:
             students=args.student or (),
             notebooks=args.assignment or (),
         )
-    except Refused as error:
+    except CannotStart as error:
         print(f"grader: {error}", file=sys.stderr)
         return 2
     except Interrupted as stop:
@@ -165,7 +165,7 @@ def _summary(outcomes: list, course, absent: list = ()) -> int:
 def _listing(title: str, items: list) -> None:
     """`items` (task, reason) as one line per student and reason, naming the notebooks."""
     from grader.course.config import assignments
-    from grader.course.discovery import refusal
+    from grader.course.discovery import why_unstorable
 
     notebooks: dict[tuple[str, str], list[str]] = {}
     for task, reason in items:
@@ -174,7 +174,7 @@ def _listing(title: str, items: list) -> None:
         return
     rows = [
         (
-            repr(student) if refusal(student) else student,  # whitespace and newlines shown
+            repr(student) if why_unstorable(student) else student,  # whitespace and newlines shown
             "every notebook" if names == assignments() else ", ".join(names),
             reason,
         )
@@ -223,11 +223,11 @@ def _graded_course(root: Path):
 
 def _students(course) -> list[str]:
     """Every student with a recorded result; ids nbgrader would read as patterns are left out."""
-    from grader.course.discovery import refusal
+    from grader.course.discovery import why_unstorable
 
     results = course.results
     found = [p.name for p in results.iterdir() if p.is_dir()] if results.is_dir() else []
-    return sorted(name for name in found if not refusal(name))
+    return sorted(name for name in found if not why_unstorable(name))
 
 
 def _feedback(args: argparse.Namespace) -> int:

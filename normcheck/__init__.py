@@ -24,7 +24,7 @@ import torch
 
 from normcheck.integrity import forbidden_uses, integrity_message
 from normcheck.judge import Verdict, judge_check
-from normcheck.probing import Arrays, Outputs, call
+from normcheck.shared import Arrays, Outputs, call
 
 __all__ = ["CheckFailed", "check", "grade"]
 

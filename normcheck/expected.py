@@ -25,7 +25,7 @@ import numpy as np
 
 from normcheck import folding, gradients, properties, structure
 from normcheck.judge import Expected, Structure
-from normcheck.probing import PROBES, Arrays
+from normcheck.shared import PROBES, Arrays
 
 DATA = Path(__file__).resolve().parent / "data"
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # every archive member's date: the same bytes on every release

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from normcheck.probing import Arrays
 from normcheck.properties import Combination, Terms, fit
+from normcheck.shared import Arrays
 
 
 def _scale(a: Arrays, eps: bool = True) -> np.ndarray:

@@ -22,7 +22,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from normcheck.properties import Combination, Invariant, Property, about, fit, normalized_rows
+from normcheck.properties import (
+    Combination,
+    Invariant,
+    Property,
+    fit,
+    normalized_rows,
+    sentence_for,
+)
 
 Arrays = dict[str, np.ndarray]
 
@@ -225,7 +232,7 @@ class WithinItsBound:
         )
 
 
-@about("grad")
+@sentence_for("grad")
 def finite_differences(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
     """A gradient derived and computed in float64 agrees with the reference to a few roundings;
     one close to it but not that close is what finite differences (or float32) give."""

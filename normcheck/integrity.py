@@ -12,7 +12,7 @@ import ast
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from grader.grading.sandboxed.probe import Probed as Exercise
+    from grader.grading.sandboxed.calling import Probed as Exercise
 
 # Ways of calling code that a static reading cannot follow, or of reaching into the grader.
 # No exercise of this course needs any of them; an answer that uses one earns no points.

@@ -21,8 +21,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from normcheck.probing import Arrays, Outputs, StudentError
 from normcheck.properties import Property, Structural, explain, extent
+from normcheck.shared import Arrays, Outputs, StudentError
 
 
 class Rule(Protocol):

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
-    from grader.grading.sandboxed.probe import Arrays
+    from grader.grading.sandboxed.calling import Arrays
 
 
 class Structural(str):
@@ -72,7 +72,7 @@ Sentence = Callable[[str, "Arrays", np.ndarray, np.ndarray], str]
 
 
 @dataclass(frozen=True)
-class Told:
+class SentenceProperty:
     """A property with nothing to set: `says` is its sentence about outputs starting with `key`."""
 
     key: str
@@ -82,9 +82,9 @@ class Told:
         return self.says(key, inputs, got, want)
 
 
-def about(key: str) -> Callable[[Sentence], Told]:
+def sentence_for(key: str) -> Callable[[Sentence], SentenceProperty]:
     """Make a sentence function the property of the outputs whose key starts with `key`."""
-    return lambda says: Told(key, says)
+    return lambda says: SentenceProperty(key, says)
 
 
 @dataclass(frozen=True)
@@ -337,7 +337,7 @@ def _row_factors(key: str, got: np.ndarray, want: np.ndarray) -> str:
     )
 
 
-def _said(p: Property, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+def _safe_sentence(p: Property, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
     """`p`'s sentence; '' when the student's output defeats its arithmetic (infinities, a fit
     that does not converge): a wrong answer never makes the grader fail."""
     with np.errstate(all="ignore"):
@@ -361,7 +361,7 @@ def explain(properties: tuple[Property, ...], inputs: Arrays, got: Arrays, want:
             continue
         for p in properties:
             if key.startswith(p.key):
-                sentence = _said(p, named, inputs, actual, expected)
+                sentence = _safe_sentence(p, named, inputs, actual, expected)
                 if sentence:
                     return sentence
         if expected.dtype == np.bool_ and expected.ndim == 0:
@@ -699,7 +699,7 @@ def _masked_single_step(which: int) -> History:
     return history
 
 
-@about("output of the evaluation call")
+@sentence_for("output of the evaluation call")
 def evaluated_on_the_batch(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
     """BatchNorm's evaluation output is normalized with the running statistics; one normalized
     per channel over the evaluation batch itself used that batch's statistics instead."""
@@ -715,7 +715,7 @@ def evaluated_on_the_batch(key: str, inputs: Arrays, got: np.ndarray, want: np.n
     )
 
 
-@about("output at padding")
+@sentence_for("output at padding")
 def zero_padding(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
     """A padded position carries no token: its output is 0, whatever the padding held."""
     if np.any(want != 0) or not np.all(np.isfinite(got)):
@@ -742,7 +742,7 @@ MASKED_RUNNING = (
 # A variance along one dim, and a momentum converted between conventions
 
 
-@about("var")
+@sentence_for("var")
 def variance(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
     """`var` is the biased variance of `x` along `dim`: never negative, 0 for a constant row,
     the smallest mean square deviation from any centre (E(x − c)² = Var x + (μ − c)²)."""
@@ -797,7 +797,7 @@ def _about_another_mean(got: np.ndarray, a: Arrays) -> bool:
     return False
 
 
-@about("momentum")
+@sentence_for("momentum")
 def complement(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
     """Two conventions' momenta add up to 1 (one weights the new batch, the other the old
     running value), and a momentum is a share, between 0 and 1."""

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from normcheck.probing import ALONE, Arrays
-from normcheck.properties import Combination, Structural, about, combination
+from normcheck.properties import Combination, Structural, combination, sentence_for
+from normcheck.shared import ALONE, Arrays
 
 SWITCH_OFF = ("self_attn.out_proj.weight", "linear2.weight")  # zeroed: F₁ ≡ b₁, F₂ ≡ b₂
 
@@ -86,7 +86,7 @@ def _biases_added(a: Arrays) -> np.ndarray | None:
     )
 
 
-@about("output")
+@sentence_for("output")
 def final_norm_reads(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
     """With every block's output weights zeroed, the blocks of a Pre-LN stack turn x into
     x + B, which its final LayerNorm normalizes. LN_f's affine undone, each output row is the
@@ -117,7 +117,7 @@ def final_norm_reads(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray
     )
 
 
-@about("how many times norm1 and norm2 are called")
+@sentence_for("how many times norm1 and norm2 are called")
 def call_counts(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
     """Each norm of a block is called exactly once per forward."""
     if np.array_equal(got, want):
@@ -130,7 +130,7 @@ def call_counts(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> 
     )
 
 
-@about(ALONE)
+@sentence_for(ALONE)
 def batch_independence(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
     """Samples never meet in a block or a stack: the first sample's output is the same alone as
     in its batch (the probe returns the change, 0 for any answer that keeps samples apart)."""

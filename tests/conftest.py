@@ -13,7 +13,7 @@ import norm_utils
 from grader.checks import EXERCISES, Exercise, run
 from grader.course.config import assignments
 from grader.course.intake import answer_source, exercises_of, setup_code, source_notebook
-from grader.grading.sandboxed.probe import load_answer
+from grader.grading.sandboxed.calling import load_answer
 
 # The browser tests' fixtures: the browser, a page per test, the screenshots' folder.
 pytest_plugins = ["browser_fixtures"]

@@ -34,7 +34,7 @@ from grader.course import Course, Results, answer_cell, notebook_path
 from grader.course.config import REPO, RUNNER_GRACE_SECONDS, SOLUTIONS
 from grader.course.intake import answer_source, exercises_of, source_notebook
 from grader.gradebook.config import gradebook_url
-from grader.grading.grade import Limits, grade_notebook
+from grader.grading.grade import Limits, grade_notebook_file
 from grader.grading.prestarted import prestarted
 from grader.grading.sandbox import Sandbox, available
 
@@ -180,9 +180,9 @@ def library_routes() -> dict[str, tuple[str, str, float]]:
         + ROUTE_HEAD
         + "    ref = REF.__dict__['layer' + '_norm']\n"
         "    return ThreadPoolExecutor(1).submit(ref, x, shape, weight, bias, eps).result()\n",
-        "reference_sibling_instance_norm": REFERENCE
+        "reference_sibling_batch_norm": REFERENCE
         + ROUTE_HEAD
-        + "    y = REF.instance_norm(rows[None], eps=eps)[0].reshape(x.shape)\n"
+        + "    y = REF.batch_norm(rows.T, None, None, training=True, eps=eps).T.reshape(x.shape)\n"
         + AFFINE,
         "destroy_the_block_through_gc": FIND_IN_GC
         + "    if isinstance(o, torch.library.Library):\n"
@@ -280,8 +280,8 @@ def attacks(port: int, course: Path, submissions: Path) -> dict[str, tuple[str, 
         ),
         "write_grader_code": (
             # The runner's own code, the only code of the grader the sandbox shows.
-            "import sandboxed.probe\n\n"
-            "open(sandboxed.probe.__file__, 'a').write('# pwned')\n" + honest,
+            "import sandboxed.calling\n\n"
+            "open(sandboxed.calling.__file__, 'a').write('# pwned')\n" + honest,
             "PermissionError",
             0,
         ),
@@ -734,7 +734,7 @@ def test_an_answer_cannot_write_the_record_of_another_exercise(tmp_path, forger,
     answer_cell(notebook, victim).source = EXITS.format(name=victim)
     path = tmp_path / f"{ASSIGNMENT}.ipynb"
     nbformat.write(notebook, path)
-    results = {r.name: r for r in grade_notebook(path, ASSIGNMENT, 0, sandbox=Sandbox())}
+    results = {r.name: r for r in grade_notebook_file(path, ASSIGNMENT, 0, sandbox=Sandbox())}
     assert results[victim].score == 0, results[victim].feedback
 
 
@@ -785,7 +785,7 @@ def test_an_answer_cannot_prepare_the_result_of_a_later_exercise(tmp_path, how):
     answer_cell(notebook, "stable_var").source = later
     path = tmp_path / f"{ASSIGNMENT}.ipynb"
     nbformat.write(notebook, path)
-    results = {r.name: r for r in grade_notebook(path, ASSIGNMENT, 0, sandbox=Sandbox())}
+    results = {r.name: r for r in grade_notebook_file(path, ASSIGNMENT, 0, sandbox=Sandbox())}
     assert results["layer_norm"].score == 10, results["layer_norm"].feedback
     assert results["stable_var"].score == 0, results["stable_var"].feedback
 
@@ -819,7 +819,7 @@ def test_no_process_of_an_earlier_answer_is_alive_when_a_later_one_runs(tmp_path
         cell.source = code + cell.source
     path = tmp_path / f"{ASSIGNMENT}.ipynb"
     nbformat.write(notebook, path)
-    results = {r.name: r for r in grade_notebook(path, ASSIGNMENT, 0, sandbox=Sandbox())}
+    results = {r.name: r for r in grade_notebook_file(path, ASSIGNMENT, 0, sandbox=Sandbox())}
     assert results["stable_var"].score == 3, results["stable_var"].feedback
 
 
@@ -840,7 +840,7 @@ def test_an_answer_that_stops_its_runner_is_timed_out_by_the_grader_alone(tmp_pa
     limits = Limits(wall_seconds=3, processes=64)
     started = time.monotonic()
     with prestarted(sandbox, tmp_path) if prestart else contextlib.nullcontext():
-        results = {r.name: r for r in grade_notebook(path, ASSIGNMENT, 1, limits, sandbox)}
+        results = {r.name: r for r in grade_notebook_file(path, ASSIGNMENT, 1, limits, sandbox)}
     took = time.monotonic() - started
     assert results[ATTACKED].score == 0
     assert "did not finish within 3 s (timeout)" in results[ATTACKED].feedback

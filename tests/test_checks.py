@@ -20,7 +20,7 @@ from conftest import (
     known_mistake,
 )
 
-from grader.checks import EXERCISES, grade, rubric, run
+from grader.checks import EXERCISES, grade_in_kernel, rubric, run
 from grader.checks import batch_norm as batch_norm_checks
 from grader.checks import group_norm as group_norm_checks
 from grader.checks import layer_norm as layer_norm_checks
@@ -38,7 +38,7 @@ from grader.checks.core import (
 from grader.checks.library import AUTOGRAD, forbid
 from grader.course.config import assignments
 from grader.course.intake import answer_source, exercises_of, source_notebook
-from grader.grading.sandboxed.probe import call, trailing_dims
+from grader.grading.sandboxed.calling import call, trailing_dims
 from norm_utils.gradients import numerical_grad
 from normcheck import CheckFailed, check
 
@@ -397,7 +397,7 @@ def test_grade_returns_the_partial_score_and_check_stays_quiet_when_autograding(
     unbiased = known_mistake(exercise, "unbiased variance")
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     check("layer_norm", unbiased)  # would raise for a student; when grading the score decides
-    score = grade("layer_norm", unbiased)
+    score = grade_in_kernel("layer_norm", unbiased)
     assert 0 < score < exercise.points
     assert "n−1" in capsys.readouterr().out
 

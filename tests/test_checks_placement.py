@@ -25,7 +25,7 @@ from grader.course import notebook_path
 from grader.course.config import RELEASE
 from grader.course.intake import answer_source, read_notebook, setup_code, source_notebook
 from grader.grading.sandboxed import probes
-from grader.grading.sandboxed.probe import call, load_answer
+from grader.grading.sandboxed.calling import call, load_answer
 from grader.reference import blocks as reference
 from normcheck import source_of
 

@@ -21,7 +21,7 @@ from grader.checks.core import Check, Exercise, expected_outputs, hidden, judge,
 from grader.checks.layer_norm import _backward_variant, _layer_norm_variant
 from grader.checks.sequences import _mask_variant, _masked_bn_variant
 from grader.grading.sandboxed import probes
-from grader.grading.sandboxed.probe import trailing_dims
+from grader.grading.sandboxed.calling import trailing_dims
 from grader.reference.blocks import PostLNBlock, PreLNBlock
 from normcheck.gradients import PATHS, layer_norm_paths
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from nbgrader.api import Gradebook
 
-from grader.autograde import discover, refused
+from grader.autograde import discover, misnamed_folders
 from grader.cli import DEFAULT_COURSE, build_parser, main
 from grader.course import Course, notebook_path
 from grader.course.config import DEMO_EXERCISE_SECONDS, RELEASE, REPO, assignments
-from grader.course.discovery import refusal
+from grader.course.discovery import why_unstorable
 from grader.course.intake import exercises_of, source_notebook
 from grader.grading.grade import DEFAULT_LIMITS
 from grader.release.demo import PROFILES, expected_scores, write_class
@@ -234,7 +234,7 @@ def test_discovery_skips_tool_litter_and_refuses_ids_nbgrader_cannot_store(tmp_p
     assert {t.student for t in tasks} == {"ada"}
     # nbgrader changes the working directory while it records: paths must not depend on it
     assert all(t.submission.is_absolute() for t in tasks)
-    outcomes = refused(Path("SUB"))
+    outcomes = misnamed_folders(Path("SUB"))
     assert {o.task.student for o in outcomes} == set(UNSTORABLE)
     assert all(o.problem.startswith("not graded: the folder name has ") for o in outcomes)
 
@@ -362,9 +362,9 @@ def test_a_rerun_records_what_was_not_and_lists_the_rest_again(class_run):
     ],
 )
 def test_an_id_that_would_be_markup_or_a_formula_is_refused(student):
-    assert "would be markup or a formula" in refusal(student)
+    assert "would be markup or a formula" in why_unstorable(student)
 
 
 @pytest.mark.parametrize("student", ["ada", "a.lovelace", "s1234567", "jane_doe", "ada-l", "王芳"])
 def test_an_ordinary_id_is_kept(student):
-    assert refusal(student) == ""
+    assert why_unstorable(student) == ""

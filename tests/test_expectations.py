@@ -11,7 +11,7 @@ from grader.checks import EXERCISES, core, prepared
 from grader.course import notebook_path
 from grader.course.config import SOLUTIONS, assignments
 from grader.course.intake import Submission, exercises_of, source_notebook
-from grader.grading.grade import grade_submissions
+from grader.grading.grade import grade_in_one_runner
 
 ASSIGNMENT = assignments()[0]
 RUN, NEXT_RUN = 1234, 1235
@@ -35,7 +35,7 @@ def counted(monkeypatch) -> list[str]:
 
 def test_a_run_computes_the_expected_outputs_once_for_every_student(counted):
     submission = Submission.read(notebook_path(SOLUTIONS, ASSIGNMENT), ASSIGNMENT, SOLUTIONS)
-    students = [grade_submissions([submission], RUN)[0] for _ in range(3)]  # as autograde does
+    students = [grade_in_one_runner([submission], RUN)[0] for _ in range(3)]  # as autograde does
     names = exercises_of(source_notebook(ASSIGNMENT))
     assert sorted(counted) == sorted(n for n in names for _ in EXERCISES[n].checks)
     scores = [[r.score for r in student] for student in students]

@@ -32,7 +32,7 @@ from grader.course import Course, CourseBusy, notebook_path
 from grader.course.config import REPO, SOLUTIONS, assignments
 from grader.course.intake import Submission
 from grader.gradebook.records import cell_scores
-from grader.grading.grade import Limits, grade_submissions
+from grader.grading.grade import Limits, grade_in_one_runner
 from grader.grading.prestarted import prestarted
 from grader.grading.sandbox import RUNNER_ROOT, Sandbox, available
 from grader.release.demo import (
@@ -187,10 +187,10 @@ def test_a_prestarted_runner_that_died_is_started_again(clean, tmp_path):
     notebooks = [notebook_path(SOLUTIONS, a) for a in assignments()]
     read = [Submission.read(path, a) for path, a in zip(notebooks, assignments(), strict=True)]
     with prestarted(sandbox, tmp_path) as pool:
-        first = grade_submissions(read, SEED, LIMITS, sandbox)
+        first = grade_in_one_runner(read, SEED, LIMITS, sandbox)
         os.killpg(pool.started[0].process.pid, signal.SIGKILL)
         pool.started[0].process.wait()
-        assert grade_submissions(read, SEED, LIMITS, sandbox) == first
+        assert grade_in_one_runner(read, SEED, LIMITS, sandbox) == first
         assert len(pool.started) == 2
     assert all(r.score == r.max_score for notebook in first for r in notebook)
 

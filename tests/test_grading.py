@@ -22,7 +22,7 @@ from grader.course.intake import (
 )
 from grader.gradebook.lms import points_header
 from grader.gradebook.records import cell_scores
-from grader.grading.grade import Limits, grade_submissions
+from grader.grading.grade import Limits, grade_in_one_runner
 from grader.grading.sandbox import Sandbox, available
 from grader.publish.feedback import (
     leaks_hidden_tests,
@@ -142,7 +142,7 @@ def test_the_sandbox_changes_no_score(graded):
 
     def regrade(student: str) -> tuple[str, list]:
         read = [Submission.read(notebook_path(submissions / student, a), a) for a in assignments()]
-        return student, grade_submissions(read, SEED, LIMITS)
+        return student, grade_in_one_runner(read, SEED, LIMITS)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         for student, unsandboxed in pool.map(regrade, sorted(PROFILES)):
@@ -171,7 +171,7 @@ def test_with_its_tags_stripped_the_cell_graded_is_the_cell_recorded(tmp_path):
     submission = Submission.read(path, assignment)
     tagged = [c.source for c in submission.recorded.cells if grade_id(c) == name]
     assert tagged == [right]
-    graded = {r.name: r.score for r in grade_submissions([submission], 0, LIMITS)[0]}
+    graded = {r.name: r.score for r in grade_in_one_runner([submission], 0, LIMITS)[0]}
     assert graded[name] == EXERCISES[name].points
 
 

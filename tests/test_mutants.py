@@ -19,7 +19,7 @@ import torch
 
 from grader.checks import EXERCISES
 from grader.checks.core import Check, Exercise
-from grader.grading.sandboxed.probe import load_answer
+from grader.grading.sandboxed.calling import load_answer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import mutation

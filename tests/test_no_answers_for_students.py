@@ -28,8 +28,8 @@ from grader.checks import EXERCISES, run
 from grader.course import notebook_path
 from grader.course.config import RELEASE, assignments
 from grader.course.intake import answer_source, setup_code, source_notebook
-from grader.grading.grade import grade_notebook
-from grader.grading.sandboxed.probe import load_answer
+from grader.grading.grade import grade_notebook_file
+from grader.grading.sandboxed.calling import load_answer
 from normcheck import check, visible
 from normcheck.integrity import forbidden_uses
 
@@ -156,7 +156,9 @@ def test_the_students_check_says_what_the_grader_says(name, mistake):
 def test_grader_check_and_the_notebooks_check_cell_say_the_same(capsys):
     """`grader check` on the untouched release, and each check cell run on its stubs."""
     assignment = assignments()[0]
-    results = grade_notebook(notebook_path(RELEASE, assignment), assignment, seed=0, hidden=False)
+    results = grade_notebook_file(
+        notebook_path(RELEASE, assignment), assignment, seed=0, hidden=False
+    )
     notebook = nbformat.read(notebook_path(RELEASE, assignment), as_version=4)
     for result in results:
         stub = load_answer(setup_code(notebook), answer_source(notebook, result.name), result.name)

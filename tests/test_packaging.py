@@ -319,3 +319,7 @@ def test_with_only_the_students_wheel_check_passes_names_a_mistake_and_waits_for
     assert "ε is added outside the square root" in mistake
     assert "`layer_norm` is not implemented yet" in stub
     assert stub.rstrip().endswith("went on")
+
+
+def test_the_students_wheel_is_the_same_bytes_when_built_again(student, tmp_path):
+    assert student_wheel(tmp_path).read_bytes() == student.wheel.read_bytes()

@@ -15,7 +15,7 @@ import pytest
 
 from grader.course import notebook_path
 from grader.course.config import SOLUTIONS
-from grader.grading.grade import grade_notebook
+from grader.grading.grade import grade_notebook_file
 from grader.grading.sandbox import RUNNER_MODULE, SANDBOXED
 from grader.grading.sandboxed import record
 
@@ -59,7 +59,7 @@ class GraderHidden:
 
 def test_the_runner_grades_with_the_grader_unimportable(tmp_path):
     notebook = notebook_path(SOLUTIONS, ASSIGNMENT)
-    results = grade_notebook(notebook, ASSIGNMENT, seed=0, sandbox=GraderHidden(tmp_path))
+    results = grade_notebook_file(notebook, ASSIGNMENT, seed=0, sandbox=GraderHidden(tmp_path))
     assert [(r.name, r.score) for r in results] == [(r.name, r.max_score) for r in results]
 
 

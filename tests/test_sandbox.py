@@ -24,7 +24,7 @@ import grader.grading.sandbox
 from grader.course import ExerciseResult, answer_cell, notebook_path
 from grader.course.config import REPO, SOLUTIONS
 from grader.course.intake import Submission
-from grader.grading.grade import grade_submissions
+from grader.grading.grade import grade_in_one_runner
 from grader.grading.prestarted import prestarted
 from grader.grading.sandbox import (
     RUNNER_MODULE,
@@ -44,10 +44,10 @@ GRADE_ONE = """
 from grader.course.config import SOLUTIONS
 from grader.course import notebook_path
 from grader.grading.sandbox import Sandbox
-from grader.grading.grade import grade_notebook
+from grader.grading.grade import grade_notebook_file
 
 path = notebook_path(SOLUTIONS, "01_layer_norm")
-results = grade_notebook(path, "01_layer_norm", seed=0, sandbox=Sandbox())
+results = grade_notebook_file(path, "01_layer_norm", seed=0, sandbox=Sandbox())
 print(sum(r.score for r in results), "/", sum(r.max_score for r in results))
 """
 
@@ -279,7 +279,7 @@ def submission_with(folder: Path, code: str) -> Submission:
 
 
 def layer_norm_result(sandbox: Sandbox, folder: Path, code: str) -> ExerciseResult:
-    results = grade_submissions([submission_with(folder, code)], 0, sandbox=sandbox)[0]
+    results = grade_in_one_runner([submission_with(folder, code)], 0, sandbox=sandbox)[0]
     return next(r for r in results if r.name == "layer_norm")
 
 

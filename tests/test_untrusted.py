@@ -9,7 +9,7 @@ from pathlib import Path, PurePath
 
 import pytest
 
-from grader.course.untrusted import Refused, read_below
+from grader.course.untrusted import UnsafeFile, read_below
 
 NOTEBOOK = PurePath("ann", "01", "01.ipynb")
 
@@ -45,7 +45,7 @@ def test_a_link_at_any_step_is_refused_naming_it(root, step, target):
     for folder in reversed(step.parents[:-1]):
         (root / folder).mkdir()
     (root / step).symlink_to(target)
-    with pytest.raises(Refused, match=f"{step} is a symbolic link"):
+    with pytest.raises(UnsafeFile, match=f"{step} is a symbolic link"):
         read_below(root, PurePath("mal", "01", "01.ipynb"), 100)
 
 
@@ -63,7 +63,7 @@ def test_a_sparse_file_beyond_the_cap_is_refused_unread(root):
     sparse = root / "ann" / "01" / "sparse.ipynb"
     with sparse.open("wb") as file:
         file.truncate(1 << 40)  # a terabyte of nothing: reading it whole would fill memory
-    with pytest.raises(Refused, match="larger than 20 MB"):
+    with pytest.raises(UnsafeFile, match="larger than 20 MB"):
         read_below(root, PurePath("ann", "01", "sparse.ipynb"), 20 << 20)
 
 
@@ -75,6 +75,6 @@ def test_a_missing_step_is_missing(root):
 def _refusal(root: Path, relative: PurePath) -> str:
     try:
         read_below(root, relative, 100)
-    except Refused as refused:
+    except UnsafeFile as refused:
         return str(refused)
     return "read"

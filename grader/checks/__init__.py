@@ -8,7 +8,8 @@ In a notebook's test cell::
     ### END HIDDEN TESTS
 
 `check` is the student's (`normcheck`: the visible checks judged against the outputs stored at
-release time); `grade` runs every check here, against the references and the known mistakes.
+release time); `grade_in_kernel` (what `normcheck.grade` calls) runs every check here, against
+the references and the known mistakes.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from grader.checks.core import Exercise, Prepared, Verdict, judge, prepare
 from grader.course.config import kernel_seed
 from normcheck import run_answer, source_of
 
-__all__ = ["EXERCISES", "grade", "prepared", "rubric", "run"]
+__all__ = ["EXERCISES", "grade_in_kernel", "prepared", "rubric", "run"]
 
 
 # The check modules, found rather than listed: every module of this package that exports
@@ -100,7 +101,7 @@ def run(exercise: Exercise, answer: Any, *, hidden: bool, seed: int, source: str
     return judge(exercise, ready.planned, outputs, integrity, ready.expected)
 
 
-def grade(name: str, answer: Any) -> float:
+def grade_in_kernel(name: str, answer: Any) -> float:
     """Every check of exercise `name`; prints the feedback and returns the points earned."""
     verdict = run(
         EXERCISES[name], answer, hidden=True, seed=kernel_seed(), source=source_of(answer)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from grader.checks.core import Arrays, Check, Exercise, Mistake, hidden, slip
+from grader.checks.core import Arrays, Check, Exercise, Mistake, hidden, known_mistake
 from grader.checks.library import AUTOGRAD, NORMALIZATIONS, forbid
 
 # A derived gradient in float64 is within a few roundings of the reference (at most 5e-15 here,
@@ -52,7 +52,7 @@ LARGE = 1e7
 def eps_slips(variant: Callable[..., Any], norm: str) -> tuple[Mistake, ...]:
     """The ε slips of a backward pass as known mistakes of `variant` (`variants.eps_rstds`)."""
     return tuple(
-        slip(
+        known_mistake(
             variant,
             name,
             f"{said} ({norm} adds the caller's ε to the variance, under the "

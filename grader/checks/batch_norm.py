@@ -48,7 +48,7 @@ from grader.checks.core import (
     Mistake,
     Structure,
     hidden,
-    slip,
+    known_mistake,
     visible,
 )
 from grader.checks.inputs import judging
@@ -114,7 +114,7 @@ def _batch_norm_variant(
     return with_affine((x - mu) / torch.sqrt(var + eps), weight, bias, channel)
 
 
-_slip = partial(slip, _batch_norm_variant)
+_slip = partial(known_mistake, _batch_norm_variant)
 
 BATCH_NORM_MISTAKES = (
     _slip(

@@ -24,7 +24,7 @@ from functools import partial
 import numpy as np
 
 from grader.checks.backward import LARGE, backward_edges, backward_exercise, eps_slips
-from grader.checks.core import Arrays, Structure, hidden, slip, visible
+from grader.checks.core import Arrays, Structure, hidden, known_mistake, visible
 from grader.checks.variants import eps_rstds
 from grader.grading.sandboxed.probes import probe_batch_norm_backward
 from grader.reference import functional as ref
@@ -79,7 +79,7 @@ def _case(rng, *shape, weight=True, scale=LARGE, eps=1e-5) -> Arrays:
     return case
 
 
-_slip = partial(slip, _backward_variant)
+_slip = partial(known_mistake, _backward_variant)
 
 BATCH_NORM_BACKWARD = backward_exercise(
     name="batch_norm_backward",

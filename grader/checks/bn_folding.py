@@ -29,7 +29,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from grader.checks.core import Arrays, Exercise, hidden, slip, visible
+from grader.checks.core import Arrays, Exercise, hidden, known_mistake, visible
 from grader.checks.library import BN_FOLDING, NORMALIZATIONS, forbid
 from grader.grading.sandboxed.probes import probe_fold
 from grader.reference.fusion import fold_batch_norm
@@ -86,7 +86,7 @@ def _case(rng, *shape, bias=True, affine=True, var=(2.0, 4.0), eps=1e-5) -> Arra
     return case
 
 
-_slip = partial(slip, _fold_variant)
+_slip = partial(known_mistake, _fold_variant)
 
 FOLD_BATCH_NORM = Exercise(
     name="fold_batch_norm",

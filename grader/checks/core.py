@@ -30,7 +30,7 @@ import torch
 
 from grader.checks.inputs import Case
 from grader.checks.library import Forbidden
-from grader.grading.sandboxed.probe import Arrays, Outputs, Probe, StudentError, outputs_of
+from grader.grading.sandboxed.calling import Arrays, Outputs, Probe, StudentError, outputs_of
 from normcheck.judge import CheckOutcome, Expected, Structure, Verdict, difference, margin, named
 from normcheck.judge import judge_check as judged
 from normcheck.properties import Property
@@ -53,12 +53,12 @@ __all__ = [
     "hidden",
     "judge",
     "judge_check",
+    "known_mistake",
     "margin",
     "named",
     "outputs_of",
     "plan",
     "prepare",
-    "slip",
     "visible",
 ]
 
@@ -73,7 +73,7 @@ class Mistake:
     structural: bool = False  # a wrong structure: the exercise is capped (`Structure`)
 
 
-def slip(
+def known_mistake(
     variant: Callable[..., Any],
     name: str,
     message: str,

@@ -18,7 +18,7 @@ from functools import partial
 import numpy as np
 import torch.nn.functional as F
 
-from grader.checks.core import WIDE, Arrays, Exercise, Structure, hidden, slip, visible
+from grader.checks.core import WIDE, Arrays, Exercise, Structure, hidden, known_mistake, visible
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, forbid
 from grader.checks.variants import standardized, with_affine
@@ -69,7 +69,7 @@ def _channels_apart(rng, *shape) -> np.ndarray:
     return (offsets + rng.standard_normal(shape)).astype(np.float32)
 
 
-_slip = partial(slip, _group_norm_variant)
+_slip = partial(known_mistake, _group_norm_variant)
 
 GROUP_NORM = Exercise(
     name="group_norm",

@@ -26,11 +26,11 @@ import numpy as np
 import torch
 
 from grader.checks.backward import LARGE, backward_edges, backward_exercise, eps_slips
-from grader.checks.core import WIDE, Arrays, Exercise, Structure, hidden, slip, visible
+from grader.checks.core import WIDE, Arrays, Exercise, Structure, hidden, known_mistake, visible
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, VARIANCE, forbid
 from grader.checks.variants import eps_rstds, standardized, variance_of, with_affine
-from grader.grading.sandboxed.probe import trailing_dims
+from grader.grading.sandboxed.calling import trailing_dims
 from grader.grading.sandboxed.probes import probe_backward, probe_layer_norm, probe_var
 from grader.reference import functional as ref
 from normcheck.gradients import LAYER_NORM_BACKWARD as BACKWARD_PROPERTIES
@@ -73,7 +73,7 @@ def _layer_norm_variant(
     return x_hat if affine in ("ignored", "before") else with_affine(x_hat, weight, bias)
 
 
-_slip = partial(slip, _layer_norm_variant)
+_slip = partial(known_mistake, _layer_norm_variant)
 
 LAYER_NORM_MISTAKES = (
     _slip(
@@ -264,14 +264,14 @@ STABLE_VAR = Exercise(
     forbidden=forbid(VARIANCE, *NORMALIZATIONS),
     properties=(variance,),
     mistakes=(
-        slip(
+        known_mistake(
             _var_variant,
             "E[x²]−E[x]² cancellation",
             "Your variance is E[x²]−E[x]², which loses every significant digit in float32 when "
             "the mean is large (it can even go negative); subtract the mean first.",
             naive=True,
         ),
-        slip(
+        known_mistake(
             _var_variant,
             "unbiased variance",
             "Your variance divides by n−1; the one normalization layers use divides by n.",
@@ -360,14 +360,14 @@ LAYER_NORM_BACKWARD = backward_exercise(
     properties=BACKWARD_PROPERTIES,
     forms=(("normalized_shape", "int"), ("normalized_shape", "tuple")),
     mistakes=(
-        slip(
+        known_mistake(
             _backward_variant,
             "statistics treated as constants",
             "Your grad_x treats μ and σ as constants; they depend on x, which adds the two "
             "mean-subtracted terms of the closed form.",
             through_stats=False,
         ),
-        slip(
+        known_mistake(
             _backward_variant,
             "weight left out of grad_x",
             "Your grad_x ignores γ: the gradient reaching x̂ is grad_out·γ.",

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from grader.checks.core import Arrays, Exercise, Structure, hidden, slip, visible
+from grader.checks.core import Arrays, Exercise, Structure, hidden, known_mistake, visible
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, forbid
 from grader.checks.variants import root
@@ -77,7 +77,7 @@ def _offset_rows(rng, *shape, dtype=np.float32) -> np.ndarray:
     return (rng.normal(0.0, 2.0, (*shape[:-1], 1)) + rng.standard_normal(shape)).astype(dtype)
 
 
-_slip = partial(slip, _rms_norm_variant)
+_slip = partial(known_mistake, _rms_norm_variant)
 
 RMS_NORM = Exercise(
     name="rms_norm",

@@ -27,7 +27,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from grader.checks.core import Arrays, Exercise, Structure, hidden, slip, visible
+from grader.checks.core import Arrays, Exercise, Structure, hidden, known_mistake, visible
 from grader.checks.inputs import judging
 from grader.checks.library import MASKED_MEAN, NORMALIZATIONS, SEQUENCE_MASKS, forbid
 from grader.checks.variants import with_affine
@@ -116,7 +116,7 @@ def _too_long(rng) -> Arrays:
     return _mask_case(lengths, max_len=4)
 
 
-_mask_slip = partial(slip, _mask_variant)
+_mask_slip = partial(known_mistake, _mask_variant)
 
 LENGTHS_TO_MASK = Exercise(
     name="lengths_to_mask",
@@ -312,7 +312,7 @@ def _eval_composition(rng) -> Arrays:
     return _bn_scenario(rng, [lengths], 8, training=[False], pad="garbage", random_start=True)
 
 
-_bn_slip = partial(slip, _masked_bn_variant)
+_bn_slip = partial(known_mistake, _masked_bn_variant)
 
 MASKED_BATCH_NORM = Exercise(
     name="masked_batch_norm",
@@ -492,7 +492,7 @@ def _pool_empty_row(rng) -> Arrays:
     return _pool_case(rng, lengths, 6, pad="zero")
 
 
-_pool_slip = partial(slip, _pool_variant)
+_pool_slip = partial(known_mistake, _pool_variant)
 
 MASKED_MEAN_POOL = Exercise(
     name="masked_mean_pool",

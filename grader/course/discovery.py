@@ -26,7 +26,7 @@ def is_litter(name: str) -> bool:
     return name.startswith(".") or name in TOOL_FOLDERS
 
 
-def refusal(student: str) -> str:
+def why_unstorable(student: str) -> str:
     """Why nbgrader cannot store `student` as the id given ('' when it can)."""
     if student != student.strip():
         return "has leading or trailing whitespace, which nbgrader strips"
@@ -47,7 +47,7 @@ def refusal(student: str) -> str:
 def student_folders(submissions: Path) -> tuple[list[str], dict[str, str]]:
     """The student ids under `submissions`, sorted, and those refused with the reason."""
     names = sorted(p.name for p in submissions.iterdir() if p.is_dir() and not is_litter(p.name))
-    refused = {name: why for name in names if (why := refusal(name))}
+    refused = {name: why for name in names if (why := why_unstorable(name))}
     return [name for name in names if name not in refused], refused
 
 

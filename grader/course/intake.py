@@ -59,7 +59,7 @@ def answer_source(notebook: nbformat.NotebookNode, name: str) -> str | None:
 def submitted_bytes(path: Path) -> bytes:
     """The bytes of a notebook at <submissions>/<student>/<assignment>/<notebook>, nbgrader's
     layout. Those three steps are the student's: a link in any of them, a FIFO, a device or a
-    file over MAX_NOTEBOOK_BYTES is refused (untrusted.Refused, a ValueError)."""
+    file over MAX_NOTEBOOK_BYTES is refused (untrusted.UnsafeFile, a ValueError)."""
     return read_below(path.parents[2], PurePath(*path.parts[-3:]), MAX_NOTEBOOK_BYTES)
 
 
@@ -86,7 +86,7 @@ def _unreadable(path: Path, error: OSError | ValueError) -> str:
         return f"{path.name} is missing"
     if isinstance(error, OSError):  # a folder that is a file, no permission
         return f"{path.name} cannot be opened ({error.strerror})"
-    return str(error)  # untrusted.Refused: a link, a special or oversized file
+    return str(error)  # untrusted.UnsafeFile: a link, a special or oversized file
 
 
 def _parsed(path: Path, data: bytes) -> nbformat.NotebookNode:

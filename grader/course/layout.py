@@ -30,11 +30,11 @@ def notebook_path(folder: Path, assignment: str) -> Path:
     return folder / assignment / f"{assignment}.ipynb"
 
 
-class Refused(RuntimeError):
+class CannotStart(RuntimeError):
     """The run cannot start; nothing was changed."""
 
 
-class CourseBusy(Refused):
+class CourseBusy(CannotStart):
     pass
 
 
@@ -168,7 +168,7 @@ class Course:
         try:
             self.scratch.mkdir(mode=0o700)
         except OSError as error:
-            raise Refused(f"cannot make the scratch folder {self.scratch} ({error})") from None
+            raise CannotStart(f"cannot make the scratch folder {self.scratch} ({error})") from None
 
     def graded_stamps(self) -> list[Path]:
         return sorted(self.results.glob("*/*.graded"))

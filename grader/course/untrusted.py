@@ -15,14 +15,14 @@ import stat
 from pathlib import Path, PurePath
 
 
-class Refused(ValueError):
+class UnsafeFile(ValueError):
     """A path that is a link, not a regular file, or too large; its message says which."""
 
 
 def read_below(root: Path, relative: PurePath, limit: int) -> bytes:
     """The bytes of `root / relative`, where `root` is trusted and nothing below it is: refuses
     a link at any step, anything but a regular file at the end, and more than `limit` bytes.
-    Raises FileNotFoundError when a step does not exist, Refused otherwise."""
+    Raises FileNotFoundError when a step does not exist, UnsafeFile otherwise."""
     *folders, name = relative.parts
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -38,7 +38,7 @@ def read_below(root: Path, relative: PurePath, limit: int) -> bytes:
 def _refuse_link(folder: int, name: str, shown: PurePath) -> os.stat_result:
     found = os.stat(name, dir_fd=folder, follow_symlinks=False)
     if stat.S_ISLNK(found.st_mode):
-        raise Refused(f"{shown} is a symbolic link, not a file of its own (refused)")
+        raise UnsafeFile(f"{shown} is a symbolic link, not a file of its own (refused)")
     return found
 
 
@@ -52,20 +52,20 @@ def _enter(folder: int, name: str, shown: PurePath) -> int:
 def _read_regular(folder: int, name: str, shown: PurePath, limit: int) -> bytes:
     found = _refuse_link(folder, name, shown)
     if not stat.S_ISREG(found.st_mode):
-        raise Refused(f"{shown} is not a regular file (refused)")
+        raise UnsafeFile(f"{shown} is not a regular file (refused)")
     # O_NONBLOCK: should a FIFO be swapped in since the check, opening it must not wait.
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     fd = os.open(name, flags, dir_fd=folder)
     try:
         opened = os.fstat(fd)
         if not stat.S_ISREG(opened.st_mode):
-            raise Refused(f"{shown} is not a regular file (refused)")
+            raise UnsafeFile(f"{shown} is not a regular file (refused)")
         if opened.st_size > limit:
-            raise Refused(f"{shown} is larger than {limit >> 20} MB (refused)")
+            raise UnsafeFile(f"{shown} is larger than {limit >> 20} MB (refused)")
         with os.fdopen(fd, "rb", closefd=False) as file:
             data = file.read(limit + 1)
         if len(data) > limit:  # grew since fstat
-            raise Refused(f"{shown} is larger than {limit >> 20} MB (refused)")
+            raise UnsafeFile(f"{shown} is larger than {limit >> 20} MB (refused)")
         return data
     finally:
         os.close(fd)

@@ -218,7 +218,7 @@ def _run(command: list[str], job: Path, frames: bytes, clock: Clock) -> tuple[by
             process.wait()
 
 
-def grade_notebook(
+def grade_notebook_file(
     path: Path,
     assignment: str,
     seed: int,
@@ -233,10 +233,10 @@ def grade_notebook(
     student release, so they run where the course source (the answer key) is not installed.
     """
     submission = Submission.read(path, assignment, SOLUTIONS if hidden else RELEASE)
-    return grade_submissions([submission], seed, limits, sandbox, hidden)[0]
+    return grade_in_one_runner([submission], seed, limits, sandbox, hidden)[0]
 
 
-def grade_submissions(
+def grade_in_one_runner(
     submissions: list[Submission],
     seed: int,
     limits: Limits = DEFAULT_LIMITS,

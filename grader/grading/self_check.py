@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grader.course.config import assignments
-from grader.grading.grade import grade_notebook
+from grader.grading.grade import grade_notebook_file
 
 
 def assignment_of(path: Path) -> str:
@@ -18,7 +18,7 @@ def assignment_of(path: Path) -> str:
 
 
 def check_notebook(path: Path) -> int:
-    results = grade_notebook(path, assignment_of(path), seed=0, hidden=False)
+    results = grade_notebook_file(path, assignment_of(path), seed=0, hidden=False)
     for result in results:
         print(result.feedback)
     failing = [r.name for r in results if r.score < r.max_score]

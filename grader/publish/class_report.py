@@ -9,13 +9,13 @@ PNGs embedded in the page, so it is one file to send or open anywhere.
 from __future__ import annotations
 
 import base64
-import html
 import io
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jinja2 import Environment, PackageLoader
 from matplotlib.figure import Figure  # no pyplot: no display backend, no global state
 from nbgrader.api import Gradebook, MissingEntry
 
@@ -96,46 +96,23 @@ def write_reports(course: Course, students: list[str], folder: Path) -> list[Pat
     return written
 
 
+PAGE = Environment(
+    loader=PackageLoader("grader.publish"), autoescape=True, keep_trailing_newline=True
+).get_template("class_report.html.j2")
+
+
 def render(assignment: str, scores: list[float], points: float, stats: list) -> str:
-    title = f"{assignment}: what the class got right and wrong"
-    median = statistics.median(scores)
-    summary = (
-        f"{len(scores)} student{'s' * (len(scores) != 1)} graded; "
-        f"mean {statistics.fmean(scores):.1f}, "
-        f"median {median:g} of {points:g} points."
+    return PAGE.render(
+        title=f"{assignment}: what the class got right and wrong",
+        scores=scores,
+        mean=statistics.fmean(scores),
+        median=statistics.median(scores),
+        points=points,
+        histogram=_png(_histogram(scores, points)),
+        stats=stats,
+        top_mistakes=TOP_MISTAKES,
+        difficulty=_png(_difficulty_chart(stats)),
     )
-    rows = "".join(
-        f"<tr><td>{html.escape(s.name)}</td><td>{s.points:g}</td><td>{s.mean:.2f}</td>"
-        f"<td>{s.difficulty:.0%}</td></tr>"
-        for s in stats
-    )
-    mistakes = "".join(_mistakes_section(s) for s in stats)
-    return f"""<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>body{{font-family:sans-serif;max-width:60em;margin:auto}}
-table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.2em .6em}}</style>
-</head><body>
-<h1>{html.escape(title)}</h1>
-<p>{summary}</p>
-<h2>Score distribution</h2>
-{_image(_histogram(scores, points))}
-<h2>Exercises</h2>
-<p>Difficulty: the share of the exercise's points the class missed (0% when everyone earned
-them all).</p>
-<table><tr><th>exercise</th><th>points</th><th>mean</th><th>difficulty</th></tr>{rows}</table>
-{_image(_difficulty_chart(stats))}
-<h2>Most frequent mistakes, as diagnosed</h2>
-{mistakes}
-</body></html>
-"""
-
-
-def _mistakes_section(stats: ExerciseStats) -> str:
-    top = stats.mistakes.most_common(TOP_MISTAKES)
-    if not top:
-        return f"<h3>{html.escape(stats.name)}</h3><p>No mistake diagnosed.</p>"
-    items = "".join(f"<li>{count} × {html.escape(text)}</li>" for text, count in top)
-    return f"<h3>{html.escape(stats.name)}</h3><ul>{items}</ul>"
 
 
 def _histogram(scores: list[float], points: float) -> Figure:
@@ -157,9 +134,9 @@ def _difficulty_chart(stats: list[ExerciseStats]) -> Figure:
     return figure
 
 
-def _image(figure: Figure) -> str:
+def _png(figure: Figure) -> str:
+    """The figure as base64 PNG, to embed in the page."""
     buffer = io.BytesIO()
     figure.tight_layout()
     figure.savefig(buffer, format="png", dpi=80)
-    encoded = base64.b64encode(buffer.getvalue()).decode()
-    return f'<img alt="plot" src="data:image/png;base64,{encoded}">'
+    return base64.b64encode(buffer.getvalue()).decode()

@@ -7,8 +7,8 @@ import hashlib
 import json
 import os
 import re
-import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from traitlets.config import Config
 
 from grader.course import EXCHANGE_FILES, Course, grade_id, nbgrader_metadata
 from grader.course.config import assignments
+from grader.course.progress import Progress
 from grader.gradebook.config import gradebook_url
 from grader.gradebook.lms import LmsCsvExport
 from grader.gradebook.records import cell_grades
@@ -126,8 +127,8 @@ def write_feedback(
     not be made."""
     pages = [p for p in feedback_pages(course, students) if not _current(p)]
     problems = []
-    bar = _PagesProgress(len(pages)) if progress else None
-    with ProcessPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+    bar = Progress("feedback", len(pages), "pages") if progress else nullcontext()
+    with ProcessPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool, bar:
         futures = {pool.submit(render_page, page): page for page in pages}
         for future in as_completed(futures):
             page = futures[future]
@@ -135,24 +136,13 @@ def write_feedback(
                 future.result()
             except Exception as error:  # one page never stops the others
                 problems.append(f"{page.student}: no feedback for {page.assignment} ({error})")
-            if bar:
+            if progress:
                 bar.advance(f"{page.student}/{page.assignment}")
     return course.feedback, problems
 
 
 def _current(page: Page) -> bool:
     return page.stamp.is_file() and page.stamp.read_text() == page.digest()
-
-
-class _PagesProgress:
-    def __init__(self, total: int, stream=sys.stderr):
-        self.total, self.done, self.stream = total, 0, stream
-
-    def advance(self, label: str) -> None:
-        self.done += 1
-        end = "\r" if self.stream.isatty() and self.done < self.total else "\n"
-        line = f"feedback {self.done}/{self.total} pages ({label})"
-        print(line.ljust(80), end=end, file=self.stream, flush=True)
 
 
 NO_ALT = re.compile(r"<img(?![^>]*\balt=)")

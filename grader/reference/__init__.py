@@ -4,8 +4,8 @@ They mirror their namesakes in :mod:`torch.nn.functional` and are held against P
 tests. They live with the grader, not in `norm_utils` (the package the notebooks' demos import),
 so that the demos hand out no answers; an answer cell may not import the grader.
 
-- `functional`: layer_norm, layer_norm_backward, batch_norm, batch_norm_backward, group_norm,
-  instance_norm, rms_norm
+- `functional`: layer_norm, layer_norm_backward, batch_norm, batch_norm_backward (GroupNorm's
+  and RMSNorm's checks grade against torch.nn.functional)
 - `fusion`: fold_batch_norm, an evaluation-mode BatchNorm folded into the layer before it
 - `modules`: BatchNorm, a stateful twin of nn.BatchNorm1d
 - `masking`: lengths_to_mask, masked_mean, masked_batch_norm
@@ -17,11 +17,8 @@ from grader.reference.blocks import PostLNBlock, PreLNBlock
 from grader.reference.functional import (
     batch_norm,
     batch_norm_backward,
-    group_norm,
-    instance_norm,
     layer_norm,
     layer_norm_backward,
-    rms_norm,
 )
 from grader.reference.fusion import fold_batch_norm
 from grader.reference.masking import lengths_to_mask, masked_batch_norm, masked_mean
@@ -37,8 +34,6 @@ __all__ = [
     "fold_batch_norm",
     "functional",
     "fusion",
-    "group_norm",
-    "instance_norm",
     "layer_norm",
     "layer_norm_backward",
     "lengths_to_mask",
@@ -46,5 +41,4 @@ __all__ = [
     "masked_mean",
     "masking",
     "modules",
-    "rms_norm",
 ]

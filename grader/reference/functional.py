@@ -12,7 +12,6 @@ oracle student code is graded against, so it must be at least as accurate as wha
 (PyTorch's float32 kernels included, see bench/numerics.py).
 """
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -21,11 +20,8 @@ from torch import Tensor
 __all__ = [
     "batch_norm",
     "batch_norm_backward",
-    "group_norm",
-    "instance_norm",
     "layer_norm",
     "layer_norm_backward",
-    "rms_norm",
 ]
 
 
@@ -273,164 +269,6 @@ def batch_norm(
     rstd = torch.rsqrt(var + eps)
     x_hat = (x - mean) * rstd
     return _affine(x_hat, _per_channel(weight, x.dim()), _per_channel(bias, x.dim())).to(x.dtype)
-
-
-def group_norm(
-    x: Tensor,
-    num_groups: int,
-    weight: Tensor | None = None,
-    bias: Tensor | None = None,
-    eps: float = 1e-5,
-) -> Tensor:
-    r"""Apply Group Normalization over groups of channels of each sample.
-
-    See `Group Normalization <https://arxiv.org/abs/1803.08494>`__ (Wu & He, 2018).
-
-    .. math::
-        y = \frac{x - \mathrm{E}[x]}{\sqrt{\mathrm{Var}[x] + \epsilon}} \cdot \gamma + \beta
-
-    The C channels are split into ``num_groups`` groups of C / G consecutive channels; the
-    statistics are taken for every sample and group over its channels and all trailing dims.
-    The variance is biased. The affine parameters are per channel, not per group.
-
-    Args:
-        x: input tensor.
-        num_groups: the number of groups G; must divide C.
-        weight: :math:`\gamma`, of shape (C,); ``None`` means 1.
-        bias: :math:`\beta`, of shape (C,); ``None`` means 0.
-        eps: added to the variance for numerical stability.
-
-    Shape:
-        - Input: :math:`(N, C, *)`
-        - Output: same shape as the input.
-
-    Example::
-
-        >>> x = torch.arange(8.0).reshape(1, 4, 2)  # (N=1, C=4, L=2): groups [0..3], [4..7]
-        >>> group_norm(x, num_groups=2)
-        tensor([[[-1.3416, -0.4472],
-                 [ 0.4472,  1.3416],
-                 [-1.3416, -0.4472],
-                 [ 0.4472,  1.3416]]])
-    """
-    _check_channels(x, weight=weight, bias=bias)
-    n, c = x.shape[:2]
-    if num_groups <= 0 or c % num_groups != 0:
-        raise ValueError(
-            f"num_groups={num_groups} must be positive and divide the number of channels C={c} "
-            f"(input shape {tuple(x.shape)})"
-        )
-    grouped = x.reshape(n, num_groups, -1)  # (N, G, C//G * L)
-    mean, var = _moments(grouped, dims=(2,))  # (N, G, 1)
-    rstd = torch.rsqrt(var + eps)
-    x_hat = ((grouped - mean) * rstd).reshape(x.shape)  # back to (N, C, *)
-    return _affine(x_hat, _per_channel(weight, x.dim()), _per_channel(bias, x.dim())).to(x.dtype)
-
-
-def instance_norm(
-    x: Tensor,
-    running_mean: Tensor | None = None,
-    running_var: Tensor | None = None,
-    weight: Tensor | None = None,
-    bias: Tensor | None = None,
-    use_input_stats: bool = True,
-    momentum: float = 0.1,
-    eps: float = 1e-5,
-) -> Tensor:
-    r"""Apply Instance Normalization to every channel of every sample separately.
-
-    See `Instance Normalization <https://arxiv.org/abs/1607.08022>`__ (Ulyanov et al., 2016).
-
-    .. math::
-        y = \frac{x - \mathrm{E}[x]}{\sqrt{\mathrm{Var}[x] + \epsilon}} \cdot \gamma + \beta
-
-    With ``use_input_stats=True`` the statistics are taken for every (sample, channel) pair
-    over the trailing dims: this is :func:`group_norm` with one channel per group. The variance
-    is biased. If running statistics are given they are updated in place, as PyTorch does,
-    with the batch *average* of the per-instance means and unbiased variances. With
-    ``use_input_stats=False`` the running statistics are used, as in :func:`batch_norm`.
-
-    Args:
-        x: input tensor.
-        running_mean: running mean of shape (C,), or ``None``.
-        running_var: running (unbiased) variance of shape (C,), or ``None``.
-        weight: :math:`\gamma`, of shape (C,); ``None`` means 1.
-        bias: :math:`\beta`, of shape (C,); ``None`` means 0.
-        use_input_stats: normalize with the statistics of the input rather than the running ones.
-        momentum: the weight of the current batch in the running statistics.
-        eps: added to the variance for numerical stability.
-
-    Shape:
-        - Input: :math:`(N, C, L)`; generally :math:`(N, C, *)`.
-        - Output: same shape as the input.
-
-    Example::
-
-        >>> x = torch.tensor([[[1.0, 2.0, 3.0], [2.0, 4.0, 6.0]]])  # (N=1, C=2, L=3)
-        >>> instance_norm(x)
-        tensor([[[-1.2247,  0.0000,  1.2247],
-                 [-1.2247,  0.0000,  1.2247]]])
-    """
-    _check_channels(x, running_mean=running_mean, running_var=running_var, weight=weight, bias=bias)
-    if not use_input_stats:
-        if running_mean is None:
-            raise ValueError("use_input_stats=False needs running_mean and running_var")
-        return batch_norm(x, running_mean, running_var, weight, bias, training=False, eps=eps)
-    n = math.prod(x.shape[2:])  # values per (sample, channel) pair
-    if n == 1:
-        raise ValueError(
-            f"Expected more than 1 spatial element when training, got input size {tuple(x.shape)}"
-        )
-    mean, var = _moments(x, dims=tuple(range(2, x.dim())))  # (N, C, 1, ..., 1)
-    if running_mean is not None:
-        _update_running_stats(
-            running_mean, running_var, mean.mean(0).flatten(), var.mean(0).flatten(), n, momentum
-        )
-    rstd = torch.rsqrt(var + eps)
-    x_hat = (x - mean) * rstd
-    return _affine(x_hat, _per_channel(weight, x.dim()), _per_channel(bias, x.dim())).to(x.dtype)
-
-
-def rms_norm(
-    x: Tensor,
-    normalized_shape: int | Sequence[int],
-    weight: Tensor | None = None,
-    eps: float | None = None,
-) -> Tensor:
-    r"""Apply Root Mean Square Layer Normalization over the trailing dims of the input.
-
-    See `Root Mean Square Layer Normalization <https://arxiv.org/abs/1910.07467>`__
-    (Zhang & Sennrich, 2019).
-
-    .. math::
-        y = \frac{x}{\sqrt{\frac{1}{n}\sum_i x_i^2 + \epsilon}} \cdot \gamma
-
-    The mean square is taken over the last ``len(normalized_shape)`` dims. No mean is
-    subtracted and there is no bias: only the scale of the input is normalized.
-
-    Args:
-        x: input tensor.
-        normalized_shape: the trailing shape to normalize over, an ``int`` or a sequence.
-        weight: :math:`\gamma`, of shape ``normalized_shape``; ``None`` means 1.
-        eps: added to the mean square; ``None`` means ``torch.finfo(x.dtype).eps``, as in
-            PyTorch.
-
-    Shape:
-        - Input: :math:`(*, \text{normalized\_shape}[0], \text{normalized\_shape}[1], \ldots)`
-        - Output: same shape as the input.
-
-    Example::
-
-        >>> rms_norm(torch.tensor([[3.0, 4.0]]), 2)  # root mean square: sqrt(12.5)
-        tensor([[0.8485, 1.1314]])
-    """
-    dims = _normalized_dims(x, normalized_shape, weight, None)
-    eps = torch.finfo(x.dtype).eps if eps is None else eps
-    # The raw second moment, not a variance: there is no mean to subtract, so no _moments.
-    mean_square = x.to(torch.float64).square().mean(dim=dims, keepdim=True)  # as _moments
-    rstd = torch.rsqrt(mean_square + eps)
-    x_hat = x * rstd
-    return _affine(x_hat, weight, None).to(x.dtype)
 
 
 def layer_norm_backward(

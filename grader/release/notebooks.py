@@ -4,14 +4,15 @@ student's `check()` judges against."""
 
 from __future__ import annotations
 
-import base64
 import filecmp
-import hashlib
 import importlib.metadata
+import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
 from nbgrader.apps import NbGraderAPI
@@ -121,62 +122,72 @@ STUDENT_DISTRIBUTION = "normalization_course_student"
 # which import each other relatively), and the demos' package.
 _STUDENT_FILES = {
     "normcheck": ("normcheck", ("*.py", "data/*.json", "data/*.npz")),
-    "normcheck/sandboxed": ("grader/grading/sandboxed", ("__init__.py", "probe.py", "probes.py")),
+    "normcheck/sandboxed": ("grader/grading/sandboxed", ("__init__.py", "calling.py", "probes.py")),
     "norm_utils": ("norm_utils", ("*.py",)),
 }
 _REQUIREMENTS = ("torch", "numpy", "matplotlib")
 
 
-def _student_files(root: Path = REPO) -> dict[str, bytes]:
-    files = {}
+# The students' project, built by the standard build backend: the demos' package and the
+# visible checks, with the course's own pins of what the notebooks import.
+_STUDENT_PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "{name}"
+version = "{version}"
+description = "The normalization course's notebooks' imports for students: the demos' package \
+and the visible checks, with no answer in them."
+requires-python = ">=3.11"
+dependencies = {dependencies}
+
+[tool.setuptools]
+packages = ["normcheck", "normcheck.sandboxed", "norm_utils"]
+package-data = {{ normcheck = ["data/*.json", "data/*.npz"] }}
+"""
+# The wheel's timestamps (the zip format's earliest date): the same sources, the same bytes.
+_SOURCE_DATE_EPOCH = "315532800"
+
+
+def _student_project(project: Path, root: Path) -> None:
+    """The students' sources, copied from `root`, and their pyproject, into `project`."""
     for target, (folder, patterns) in _STUDENT_FILES.items():
         for pattern in patterns:
             for path in sorted((root / folder).glob(pattern)):
-                files[f"{target}/{path.relative_to(root / folder).as_posix()}"] = path.read_bytes()
-    return files
-
-
-def _metadata(version: str) -> str:
-    """The wheel's METADATA: the course's own pins of what the notebooks import."""
+                copy = project / target / path.relative_to(root / folder)
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, copy)
+                copy.chmod(0o644)  # the wheel records each file's mode: not the umask's
     requirements = [
         r
         for r in importlib.metadata.requires("normalization-course") or ()
         if re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0] in _REQUIREMENTS
     ]
-    lines = [
-        "Metadata-Version: 2.1",
-        f"Name: {STUDENT_DISTRIBUTION.replace('_', '-')}",
-        f"Version: {version}",
-        "Summary: The normalization course's notebooks' imports for students: the demos' "
-        "package and the visible checks, with no answer in them.",
-        "Requires-Python: >=3.11",
-        *(f"Requires-Dist: {r}" for r in requirements),
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def _record_line(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{name},sha256={digest},{len(data)}"
+    (project / "pyproject.toml").write_text(
+        _STUDENT_PYPROJECT.format(
+            name=STUDENT_DISTRIBUTION.replace("_", "-"),
+            version=importlib.metadata.version("normalization-course"),
+            dependencies=json.dumps(requirements),
+        )
+    )
 
 
 def student_wheel(folder: Path, root: Path = REPO) -> Path:
     """Build the students' wheel into `folder` (made if missing) and return its path: the
     packages the released notebooks import (`normcheck`, `norm_utils`), byte for byte the same
     from the same sources (pip installs it like any wheel: `pip install <wheel>`)."""
-    version = importlib.metadata.version("normalization-course")
-    info = f"{STUDENT_DISTRIBUTION}-{version}.dist-info"
-    files = _student_files(root)
-    files[f"{info}/METADATA"] = _metadata(version).encode()
-    files[f"{info}/WHEEL"] = (
-        b"Wheel-Version: 1.0\nGenerator: grader.release\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    )
-    files[f"{info}/top_level.txt"] = b"norm_utils\nnormcheck\n"
-    record = [_record_line(n, d) for n, d in files.items()] + [f"{info}/RECORD,,"]
-    files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
     folder.mkdir(parents=True, exist_ok=True)
-    wheel = folder / f"{STUDENT_DISTRIBUTION}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, data in files.items():
-            archive.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data)
-    return wheel
+    with tempfile.TemporaryDirectory() as scratch:
+        project, built = Path(scratch) / "project", Path(scratch) / "wheel"
+        _student_project(project, root)
+        # The backend's PEP 517 hook, in a process of its own (it works in the current folder).
+        hook = "import sys; from setuptools import build_meta; build_meta.build_wheel(sys.argv[1])"
+        env = {**os.environ, "SOURCE_DATE_EPOCH": _SOURCE_DATE_EPOCH}
+        command = [sys.executable, "-c", hook, str(built)]
+        done = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ReleaseError(f"could not build the students' wheel: {done.stderr.strip()}")
+        (wheel,) = built.glob("*.whl")
+        return Path(shutil.copy(wheel, folder / wheel.name))

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .probe import Arrays, shape_argument, tensors, to_array
+from .calling import Arrays, shape_argument, tensors, to_array
 
 _TRANSFORMER = "torch.nn.modules.transformer"
 LIBRARY_STACKS = frozenset(

@@ -49,7 +49,7 @@ import numpy as np
 import torch
 
 from . import blocking, no_exec, record
-from .probe import StudentError, Task, call, load_answer, tripwires
+from .calling import StudentError, Task, call, load_answer, tripwires
 from .probes import PROBES
 
 MB = 1 << 20
