@@ -29,7 +29,14 @@ from grader.checks.backward import LARGE, backward_edges, backward_exercise, eps
 from grader.checks.core import WIDE, Arrays, Exercise, Structure, hidden, slip, visible
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, VARIANCE, forbid
-from grader.checks.variants import eps_rstds, standardized, variance_of, with_affine
+from grader.checks.variants import (
+    IGNORED_EPS,
+    eps_ignored,
+    eps_rstds,
+    standardized,
+    variance_of,
+    with_affine,
+)
 from grader.grading.sandboxed.probe import trailing_dims
 from grader.grading.sandboxed.probes import probe_backward, probe_layer_norm, probe_var
 from grader.reference import functional as ref
@@ -90,9 +97,8 @@ LAYER_NORM_MISTAKES = (
     ),
     _slip(
         "eps argument ignored",
-        "Your answer ignores the `eps` it is given (it always uses the default 1e-5); the caller's "
-        "ε is the one to add under the root.",
-        fixed_eps=1e-5,
+        eps_ignored("LayerNorm"),
+        fixed_eps=IGNORED_EPS,
     ),
     _slip(
         "eps left out",
