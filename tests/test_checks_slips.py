@@ -284,3 +284,28 @@ def test_an_exception_from_the_students_code_is_quoted_with_the_line_of_the_cell
     assert verdict.score == 0
     assert "raised RuntimeError: mat1 and mat2 shapes cannot be multiplied" in said, said
     assert "(line 7 of your cell: `return (x - mu) @ w`)" in said, said
+
+
+# exercise -> (what a student's grad_weight multiplies grad_out by: x̂ of another norm's
+# statistics, the words naming it)
+OTHER_X_HAT = {
+    "batch_norm_backward": (
+        "(x - x.mean(tuple(range(1, x.dim())), keepdim=True))"
+        " / (x.var(tuple(range(1, x.dim())), unbiased=False, keepdim=True) + eps).sqrt()",
+        "x̂ normalized per sample (LayerNorm's statistics)",
+    ),
+    "layer_norm_backward": (
+        "(x - x.mean(0, keepdim=True)) / (x.var(0, unbiased=False, keepdim=True) + eps).sqrt()",
+        "x̂ normalized over the batch for each feature (BatchNorm's statistics)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OTHER_X_HAT))
+def test_grad_weight_with_another_norms_statistics_is_named(name):
+    xhat_w, words = OTHER_X_HAT[name]
+    source = _SOURCES[name].format(stats=EPS_SLIPS["x̂ without ε for dγ"][0], xhat_w=xhat_w)
+    verdict, said = _render(name, source)
+    unweighted = sum(c.points for c in EXERCISES[name].checks if "no weight" in c.description)
+    assert verdict.score == unweighted, said  # grad_x is right: only the check without γ passes
+    assert words in said, said

@@ -143,3 +143,33 @@ def test_nbgrader_validate_still_reports_a_wrong_answers_check_cell(monkeypatch)
     cells = [c for c in _run_all(assignment, wrong).cells if c.cell_type == "code"]
     failed = _errors(cells)
     assert failed and all(is_test_cell(cells[i]) and _failing(t) for i, t in failed.items())
+
+
+def _only_the_constructor(source: str) -> str:
+    """A class answer partly written: its solution's constructor, every other method still the
+    stub that raises NotImplementedError."""
+    tree = ast.parse(source)
+    stub = ast.parse("raise NotImplementedError()").body
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for method in node.body:
+                if isinstance(method, ast.FunctionDef) and method.name != "__init__":
+                    method.body = stub
+    return ast.unparse(tree)
+
+
+def test_run_all_with_classes_partly_written_stops_at_nothing(monkeypatch):
+    """Each class of the placement notebook with only its constructor written: the demos that
+    build it fall back on the library's version, and no cell fails."""
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    assignment = "04_placement"
+    notebook = source_notebook(assignment)
+    classes = {
+        name: _only_the_constructor(answer_cell(notebook, name).source)
+        for name in exercises_of(notebook)
+        if "class " in answer_cell(notebook, name).source
+    }
+    cells = [c for c in _run_all(assignment, classes).cells if c.cell_type == "code"]
+    assert classes and _errors(cells) == {}, "a cell failed with a class partly written"
+    fallbacks = [_text(c) for c in cells if "yours_or(" in c.source]
+    assert fallbacks and all("this cell uses" in t for t in fallbacks), fallbacks
