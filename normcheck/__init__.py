@@ -17,6 +17,7 @@ import functools
 import inspect
 import linecache
 import os
+import sys
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -91,16 +92,19 @@ def visible(name: str, answer: Any, source: str) -> Verdict:
 
 
 def check(name: str, answer: Any) -> None:
-    """The visible checks of exercise `name`. Prints the verdict when the answer passes, or is
-    not answered yet (it raises NotImplementedError: the notebook runs on past it); raises
-    CheckFailed with the verdict in plain words when it is wrong. Under `nbgrader validate`, an
-    exercise not answered yet fails too: the notebook does not pass its tests."""
+    """The visible checks of exercise `name`. Prints the verdict when the answer passes or is
+    not answered yet; when it is wrong, shows the verdict in plain words on stderr and returns,
+    so that Run All in JupyterLab goes on to the demos (which fall back on the library's version,
+    `norm_utils.answers.yours_or`). Under `nbgrader validate` a wrong answer raises CheckFailed,
+    and so does an exercise not answered yet: Validate reports the failing cell. When nbgrader
+    autogrades, the hidden part decides the score, so the verdict is only printed."""
     verdict = visible(name, answer, source_of(answer))
-    waiting = verdict.not_implemented and not _nbgrader_running("validate")
-    if verdict.passed or waiting or _nbgrader_running("autograde"):
-        print(verdict.render())  # when grading, the hidden part decides the score
-    else:
+    if _nbgrader_running("validate") and not verdict.passed:
         raise CheckFailed(verdict.render())
+    if verdict.passed or verdict.not_implemented or _nbgrader_running("autograde"):
+        print(verdict.render())
+    else:  # shown as a failure (stderr), without stopping the notebook
+        print(verdict.render(), file=sys.stderr)
 
 
 def grade(name: str, answer: Any) -> float:

@@ -15,6 +15,7 @@ square root"); else explained by the first property of a correct output it viola
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -138,6 +139,17 @@ class Verdict:
                 seen.setdefault(o.mistake.name, o.mistake)
         return list(seen.values())
 
+    def _shared_findings(self) -> dict[str, tuple[str, int, bool]]:
+        """The findings (a property broken) of two checks or more, by their gist: the first's
+        words, how many checks it breaks and whether all said it in the same numbers, so that
+        feedback says each once."""
+        found: dict[str, tuple[str, int, bool]] = {}
+        for o in self.outcomes:
+            if o.finding:
+                first, count, same = found.get(_gist(o.finding), (o.finding, 0, True))
+                found[_gist(o.finding)] = (first, count + 1, same and o.finding == first)
+        return {gist: said for gist, said in found.items() if said[1] > 1}
+
     def render(self) -> str:
         """Feedback in plain words: never inputs, reference outputs or reference code."""
         name, total = self.exercise.name, len(self.outcomes)
@@ -157,12 +169,19 @@ class Verdict:
             # one cause for every check (missing, crashed, not implemented): say it once
             lines.append(f"  ✗ {problems.pop()}")
         else:
+            shared = self._shared_findings()
             for o in self.outcomes:
                 tag = " (hidden)" if o.check.hidden else ""
                 mark = "✓" if o.passed else "✗"
+                problem = o.problem
+                if _gist(o.finding) in shared:  # said once, below
+                    problem = problem.removesuffix(f"; {o.finding}")
                 lines.append(
-                    f"  {mark} {o.check.description}{tag}" + ("" if o.passed else f": {o.problem}")
+                    f"  {mark} {o.check.description}{tag}" + ("" if o.passed else f": {problem}")
                 )
+            for finding, count, same in shared.values():
+                numbers = "" if same else "; the numbers of the first"
+                lines.append(f"  → {finding} (in {count} of {total} checks{numbers})")
         for m in self.diagnoses:
             lines.append(f"  → {m.message}")
         if self.graded and self.capped:
@@ -172,6 +191,11 @@ class Verdict:
                 f"passes presuppose that structure, so it keeps at most {cap:g} of their points."
             )
         return "\n".join(lines)
+
+
+def _gist(finding: str) -> str:
+    """A finding without its numbers: the same property broken by different amounts."""
+    return re.sub(r"[-+−]?\d[\d.e+−-]*", "#", finding) if finding else ""
 
 
 # StudentError.describe's words for an answer that raises NotImplementedError (an unanswered stub)
@@ -208,7 +232,8 @@ def _numbers(actual: np.ndarray, expected: np.ndarray, check: Rule) -> str:
         relative = np.abs(a - e) / np.maximum(np.abs(e), check.atol)
         bad = ~np.isclose(a, e, rtol=check.rtol, atol=check.atol, equal_nan=True)
     if check.hidden:
-        return f"relative error up to {float(np.nanmax(relative[bad])):.0e}"  # its size alone
+        sizes = relative[bad][~np.isnan(relative[bad])]  # NaN: a value where NaN is expected
+        return f"relative error up to {float(sizes.max()) if sizes.size else np.inf:.0e}"
     first = tuple(int(i) for i in np.argwhere(bad)[0])
     return (
         f"first at index {list(first)}: yours {a[first]:.6g}, expected {e[first]:.6g}, "

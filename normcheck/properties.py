@@ -220,9 +220,43 @@ def _first_normalized(
     return min(found)[1] if found else ""
 
 
+def _normalized_there(rows: np.ndarray, centered: bool, target: float) -> bool:
+    """`rows` are evenly normalized to the spread `target`, or to the n−1 estimator's share of it
+    (n values a set: an unbiased variance over other sets is still a normalization over them)."""
+    rows, n = rows.astype(np.float64), rows.shape[1]
+    shares = (1.0, (n - 1) / n) if n > 1 and centered else (1.0,)
+    return any(_evenly_normalized(rows, centered, target * share) for share in shares)
+
+
+def _normalized_instead(
+    p: Normalized, got: np.ndarray, want: np.ndarray, given: Arrays, target: float
+) -> str:
+    """The words of the smallest of `p.instead`'s sets that `got` is evenly normalized over and
+    that tell it from a correct output; '' if none. An output normalized over small sets is so
+    over any union of them (per channel, it is per group too): where `got` is normalized over
+    `p.sets`, only smaller sets over which a correct output is not normalized tell it apart."""
+    rows = p.sets(got, given)
+    right = rows is not None and _normalized_there(rows, p.centered, target)
+    size = 0 if rows is None else rows.shape[1]
+    found = []
+    for words, grouping in p.instead:
+        rows_got = grouping(got, given)
+        if rows_got is None or not _normalized_there(rows_got, p.centered, target):
+            continue
+        if right:
+            rows_want = grouping(want, given)
+            if rows_got.shape[1] >= size or (
+                rows_want is not None and _normalized_there(rows_want, p.centered, target)
+            ):
+                continue
+        found.append((rows_got.shape[1], len(found), words))
+    return min(found)[2] if found else ""  # of equal sets, the first listed
+
+
 def _centered_instead(p: Normalized, got: np.ndarray, want: np.ndarray, given: Arrays) -> str:
-    """The words of the first of `p.instead`'s sets over which `got` has mean 0 and a correct
+    """The words of the smallest of `p.instead`'s sets over which `got` has mean 0 and a correct
     output does not (the mean was taken over those sets); '' if none."""
+    found = []
     for words, grouping in p.instead:
         rows_got, rows_want = grouping(got, given), grouping(want, given)
         if rows_got is None or rows_want is None or rows_got.shape[1] < 2:
@@ -232,8 +266,8 @@ def _centered_instead(p: Normalized, got: np.ndarray, want: np.ndarray, given: A
         if np.all(np.abs(rows_got.mean(1)) < 1e-3 * scale) and np.any(
             np.abs(rows_want.mean(1)) > 0.01 * scale
         ):
-            return words
-    return ""
+            found.append((rows_got.shape[1], len(found), words))
+    return min(found)[2] if found else ""  # of equal sets, the first listed
 
 
 def _sentence(p: Normalized, key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
@@ -250,9 +284,9 @@ def _sentence(p: Normalized, key: str, inputs: Arrays, got: np.ndarray, want: np
     if p.centered and not np.all(np.abs(rows_want.mean(1)) < 1e-3 * scale + 1e-6):
         return ""  # the correct output is not centered here (e.g. constant rows): nothing to say
     options = [(p.over, p.sets), *p.instead]
+    target = float(np.median(want_spread))  # the spread of a normalization over any sets
     bare = {k: v for k, v in inputs.items() if k not in ("weight", "bias")}
     if len(bare) < len(inputs):  # an affine was given: is the output normalized without it?
-        target = float(np.median(want_spread))  # an affine would move the spread off it
         words = _first_normalized(options, got, bare, p.centered, target)
         if words:
             where = "" if words == p.over else f", not {p.over}"
@@ -261,16 +295,15 @@ def _sentence(p: Normalized, key: str, inputs: Arrays, got: np.ndarray, want: np
             verb = "are" if " and " in given else "is"
             said = f"{key} is normalized {words}{where}{joint} {given} {verb} not applied"
             return Structural(said) if where else said
-    if not _evenly_normalized(rows_got, p.centered):
-        words = _first_normalized(options[1:], got, inputs, p.centered)
-        if words:
-            return Structural(f"{key} is normalized {words}, not {p.over}")
+    words = _normalized_instead(p, got, want, inputs, target)
+    if words:
+        return Structural(f"{key} is normalized {words}, not {p.over}")
     if p.centered:
         words = _centered_instead(p, got, want, inputs)
         if words:
             return Structural(
-                f"{key} has mean 0 {words}, not {p.over}: its mean is taken over other dims than "
-                "its variance"
+                f"{key} has mean 0 {words}, where a correct output's is not 0: its mean is "
+                f"taken over those sets, not {p.over}"
             )
     mean = rows_got.mean(1)
     if p.centered:
@@ -424,6 +457,9 @@ def shape_sentence(key: str, got: tuple[int, ...], want: tuple[int, ...], inputs
                 f"{key} is `{name}` reduced over {_dims(reduced)}, where {_dims(expected)} "
                 "should be reduced"
             )
+    broadcast = _broadcast_argument(key, got, want, inputs)
+    if broadcast:
+        return broadcast
     if len(got) > len(want) and got[len(got) - len(want) :] == want:
         return (
             f"{key} has {len(got) - len(want)} extra leading dims: a view was given too many dims"
@@ -435,6 +471,33 @@ def shape_sentence(key: str, got: tuple[int, ...], want: tuple[int, ...], inputs
         return (
             f"{key} holds as many values as expected, in another shape: a view was not shaped back"
         )
+    return ""
+
+
+def _broadcast_argument(
+    key: str, got: tuple[int, ...], want: tuple[int, ...], inputs: Arrays
+) -> str:
+    """'`weight` was broadcast against the wrong dims', when `got` is the correct output's shape
+    broadcast against a 1-d argument viewed with another number of dims (γ of shape (C,) viewed
+    as (1, C, 1, 1, 1, 1) against a 4-d output); '' otherwise."""
+    if len(got) == len(want):
+        return ""
+    for name, value in inputs.items():
+        if not (_ARGUMENT.fullmatch(name) and value.ndim == 1 and value.size > 1):
+            continue
+        for dim in range(len(got)):
+            view = tuple(value.size if i == dim else 1 for i in range(len(got)))
+            try:
+                shaped = np.broadcast_shapes(want, view)
+            except ValueError:
+                continue
+            if shaped == got:
+                return (
+                    f"`{name}` (shape {value.shape}) was broadcast against the wrong dims of "
+                    f"{key}: viewed as {view}, it has {len(view)} dims where the output has "
+                    f"{len(want)}, and broadcasting lines dims up from the last; view it with one "
+                    "dim per dim of the output"
+                )
     return ""
 
 
@@ -555,14 +618,27 @@ BATCH_NORM_TRAINING = Normalized(
 )
 
 
-def _groups(interleaved: bool) -> Grouping:
+def _groups(
+    interleaved: bool = False, swapped: bool = False, per_position: bool = False
+) -> Grouping:
+    """GroupNorm's sets, or a wrong answer's: every G-th channel (`interleaved`), C/G groups of
+    G channels (`swapped`, None where that is the same), a group's channels at each position
+    apart (`per_position`)."""
+
     def groups(y: np.ndarray, a: Arrays) -> np.ndarray | None:
         plain, g = _without_affine(y, a, per_channel=True), int(a["num_groups"])
-        if plain is None or y.shape[1] % g:
+        if plain is None or g < 1 or y.ndim < 3 or y.shape[1] % g:
             return None
         n, c = y.shape[:2]
-        shaped = plain.reshape(n, c // g, g, -1).swapaxes(1, 2) if interleaved else plain
-        return shaped.reshape(n * g, -1)
+        if swapped:
+            if c // g == g:
+                return None
+            g = c // g
+        if interleaved:
+            return plain.reshape(n, c // g, g, -1).swapaxes(1, 2).reshape(n * g, -1)
+        if per_position:
+            return np.moveaxis(plain.reshape(n, g, c // g, -1), 2, -1).reshape(-1, c // g)
+        return plain.reshape(n * g, -1)
 
     return groups
 
@@ -571,11 +647,16 @@ GROUP_NORM_SETS = Normalized(
     key="y",
     unit="group",
     over="over each group of consecutive channels and every position",
-    sets=_groups(interleaved=False),
+    sets=_groups(),
     instead=(
         ("over every G-th channel (interleaved groups)", _groups(interleaved=True)),
         ("per channel (InstanceNorm's sets)", lambda y, a: _channels_per_sample(y, a)),
         ("over each whole sample (LayerNorm's sets)", lambda y, a: _per_sample(y, a, True)),
+        (
+            "over a group's channels at each position apart (the positions left out)",
+            _groups(per_position=True),
+        ),
+        ("in C/G groups of G channels (G and C/G swapped)", _groups(swapped=True)),
     ),
 )
 

@@ -73,7 +73,7 @@ def test_each_classic_mistake_fails_the_students_own_check_and_is_named(
 ):
     """The visible checks alone (a notebook's check cell, `grader check`) refuse every pitfall
     the notebook teaches and name it: no all-clear before grading for a known mistake."""
-    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
     with pytest.raises(CheckFailed) as failure:
         check(exercise.name, mistake.impl)
     assert mistake.message in str(failure.value)
@@ -378,9 +378,23 @@ def test_nbgrader_validate_still_fails_an_unimplemented_stub(monkeypatch):
         check("layer_norm", _stub)
 
 
-def test_a_wrong_answer_fails_its_check_in_plain_words():
+def _doubled(x, shape, weight=None, bias=None, eps=1e-5):
+    return x * 2
+
+
+def test_a_wrong_answer_is_shown_as_failing_and_run_all_goes_on(monkeypatch, capsys):
+    """In JupyterLab the check cell shows the failure (on stderr) and returns: the demos after
+    it run, on the library's version."""
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    check("layer_norm", _doubled)
+    shown = capsys.readouterr()
+    assert "differs from the correct values" in shown.err and "✗" not in shown.out
+
+
+def test_nbgrader_validate_fails_a_wrong_answer_in_plain_words(monkeypatch):
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
     with pytest.raises(CheckFailed) as failure:
-        check("layer_norm", lambda x, shape, weight=None, bias=None, eps=1e-5: x * 2)
+        check("layer_norm", _doubled)
     assert "differs from the correct values" in str(failure.value)
     assert failure.value._render_traceback_() == str(failure.value).splitlines()
 

@@ -261,9 +261,10 @@ def test_the_students_wheel_holds_no_grader_reference_known_mistake_or_hidden_ch
 
 
 # Run where only the students' wheel is installed: the solution passes, ε outside the square root
-# is named, a stub is not implemented yet and the notebook goes on.
+# is named (under Validate, where it raises), a stub is not implemented yet and the notebook goes
+# on.
 STUDENT_SCRIPT = """
-import json, sys
+import json, os, sys
 from normcheck import CheckFailed, check
 try:
     import grader
@@ -278,10 +279,12 @@ for name, (setup, source) in json.loads(sys.argv[1]).items():
 print("=== mistake")
 namespace = {}
 exec(sys.argv[2], namespace)
+os.environ["NBGRADER_EXECUTION"] = "validate"  # nbgrader's Validate: a wrong answer raises
 try:
     check("layer_norm", namespace["layer_norm"])
 except CheckFailed as failure:
     print(f"FAILED {failure}")
+del os.environ["NBGRADER_EXECUTION"]
 print("=== stub")
 exec(sys.argv[3], namespace)
 check("layer_norm", namespace["layer_norm"])

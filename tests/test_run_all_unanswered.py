@@ -56,10 +56,7 @@ def _run_all(assignment: str, answers: dict[str, str] | None = None) -> nbformat
 @pytest.mark.parametrize("assignment", assignments())
 def test_run_all_on_the_unanswered_release_stops_at_nothing(assignment):
     cells = [c for c in _run_all(assignment).cells if c.cell_type == "code"]
-    errors = {
-        i: _text(c) for i, c in enumerate(cells) if any(o.output_type == "error" for o in c.outputs)
-    }
-    assert errors == {}, "a cell failed with every exercise unanswered"
+    assert _errors(cells) == {}, "a cell failed with every exercise unanswered"
     checks = [_text(c) for c in cells if is_test_cell(c)]
     assert checks and all(NOT_IMPLEMENTED in text for text in checks)
     # each cell that falls back says so, once
@@ -110,17 +107,69 @@ def _wrong_answers(assignment: str) -> dict[str, str]:
     return found
 
 
+def _errors(cells: list[nbformat.NotebookNode]) -> dict[int, str]:
+    return {
+        i: _text(c) for i, c in enumerate(cells) if any(o.output_type == "error" for o in c.outputs)
+    }
+
+
+def _failing(text: str) -> bool:
+    return "✗" in text
+
+
 @pytest.mark.parametrize("assignment", assignments())
-def test_run_all_with_wrong_answers_fails_only_their_check_cells(assignment):
-    """Each exercise answered wrong: its check cell says so, and no demo after it fails (the
-    demos fall back on the library's version, `yours_or`)."""
+def test_run_all_with_wrong_answers_stops_at_nothing_and_shows_their_failures(
+    assignment, monkeypatch
+):
+    """Each exercise answered wrong, run as JupyterLab does: its check cell shows the failure
+    without raising, and no cell after it fails (the demos fall back on the library's version,
+    `yours_or`)."""
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
     wrong = _wrong_answers(assignment)
     cells = [c for c in _run_all(assignment, wrong).cells if c.cell_type == "code"]
-    errors = {
-        i: _text(c)
-        for i, c in enumerate(cells)
-        if not is_test_cell(c) and any(o.output_type == "error" for o in c.outputs)
-    }
-    assert errors == {}, "a demo failed with the exercises answered wrong"
+    assert _errors(cells) == {}, "a cell failed with the exercises answered wrong"
+    checks = [_text(c) for c in cells if is_test_cell(c)]
+    assert wrong and any(map(_failing, checks)), checks  # some fail only hidden checks
     fallbacks = [_text(c) for c in cells if "yours_or(" in c.source]
-    assert wrong and any("visible checks: this cell uses" in t for t in fallbacks), fallbacks
+    assert any("visible checks: this cell uses" in t for t in fallbacks), fallbacks
+
+
+def test_nbgrader_validate_still_reports_a_wrong_answers_check_cell(monkeypatch):
+    """Under nbgrader's Validate (NBGRADER_EXECUTION=validate) a wrong answer's check cell
+    raises, so Validate names it; the other cells still do not fail."""
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
+    assignment = assignments()[0]
+    wrong = _wrong_answers(assignment)
+    cells = [c for c in _run_all(assignment, wrong).cells if c.cell_type == "code"]
+    failed = _errors(cells)
+    assert failed and all(is_test_cell(cells[i]) and _failing(t) for i, t in failed.items())
+
+
+def _only_the_constructor(source: str) -> str:
+    """A class answer partly written: its solution's constructor, every other method still the
+    stub that raises NotImplementedError."""
+    tree = ast.parse(source)
+    stub = ast.parse("raise NotImplementedError()").body
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for method in node.body:
+                if isinstance(method, ast.FunctionDef) and method.name != "__init__":
+                    method.body = stub
+    return ast.unparse(tree)
+
+
+def test_run_all_with_classes_partly_written_stops_at_nothing(monkeypatch):
+    """Each class of the placement notebook with only its constructor written: the demos that
+    build it fall back on the library's version, and no cell fails."""
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    assignment = "04_placement"
+    notebook = source_notebook(assignment)
+    classes = {
+        name: _only_the_constructor(answer_cell(notebook, name).source)
+        for name in exercises_of(notebook)
+        if "class " in answer_cell(notebook, name).source
+    }
+    cells = [c for c in _run_all(assignment, classes).cells if c.cell_type == "code"]
+    assert classes and _errors(cells) == {}, "a cell failed with a class partly written"
+    fallbacks = [_text(c) for c in cells if "yours_or(" in c.source]
+    assert fallbacks and all("this cell uses" in t for t in fallbacks), fallbacks

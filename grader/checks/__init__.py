@@ -63,7 +63,9 @@ def rubric() -> str:
         "than their tolerance; an ε slip costs the 0.5 of the check whose variance is close to ε",
         "(its visible twin 0.25 of it). `layer_norm`: 2 (variance close to ε 1.5, constant rows",
         "0.5, whose output ε keeps finite); `group_norm`: 1; `rms_norm`: 0.5 to 2 (its module's",
-        "rubric).",
+        "rubric). The `eps` given ignored (1e-5 whatever the caller passes) costs the checks that",
+        "give another: `layer_norm` 1.5, `group_norm` 1, `rms_norm` 2, `batch_norm` and",
+        "`masked_batch_norm` 0.5, `fold_batch_norm` 1.5, a backward 0.5.",
     ]
     for e in EXERCISES.values():
         lines += ["", f"## `{e.name}` ({e.points:g} points)", "", "| points | check | run |"]

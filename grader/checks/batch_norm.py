@@ -18,10 +18,11 @@ hidden inputs rely on, far above the 1e-5 tolerance for any seed:
 - a square (N = C) batch or an (N, L, C)-confusable (N, C, L = C) batch lets the wrong-axis slips
   run silently, so they are named rather than crash.
 
-Rubric of `batch_norm` (10; points follow how central a property is): the training outputs 4.75
-(the channel axis, over N and L, on (N, C, L) batches 3; the table of section 1 and the few
-values that tell the biased variance 1.75), the running statistics 3.25 (which variance is
-stored and the momentum's weight 1.75 on few values, the moving average on large batches 1.5),
+Rubric of `batch_norm` (10; points follow how central a property is): the training outputs 5
+(the channel axis, over N and L, on (N, C, L) batches 3; the table of section 1, the few values
+that tell the biased variance and the `eps` given 2), the running statistics 3 (which variance
+is stored and the momentum's weight 1.75 on few values, the moving average on large batches
+1.25),
 the evaluation 2 (normalized with the running statistics, which it leaves alone). A slip in a
 right structure costs only its own checks, because the checks of the structure use ≥ 4096
 values per channel, where the n−1 slip is inside their tolerance (`WIDE`): either variance slip
@@ -53,7 +54,7 @@ from grader.checks.core import (
 )
 from grader.checks.inputs import judging
 from grader.checks.library import NORMALIZATIONS, forbid
-from grader.checks.variants import with_affine
+from grader.checks.variants import IGNORED_EPS, eps_ignored, with_affine
 from grader.grading.sandboxed.probes import (
     probe_batch_norm,
     probe_predict,
@@ -87,8 +88,10 @@ def _batch_norm_variant(
     update_in_eval=False,
     batch_stats_in_eval=False,
     axis="channel",
+    fixed_eps=None,
 ):
     """One batch norm with a switch per classic mistake; all switches at defaults is correct."""
+    eps = eps if fixed_eps is None else fixed_eps
     channel = (1, -1, *[1] * (x.dim() - 2))  # a (C,) tensor viewed against (N, C, *)
     if axis == "channel":  # every dim but 1: the channel's values over N (and L)
         dims, shape = (0, *range(2, x.dim())), channel
@@ -167,6 +170,7 @@ BATCH_NORM_MISTAKES = (
         axis="last",
         structural=True,
     ),
+    _slip("eps argument ignored", eps_ignored("BatchNorm"), fixed_eps=IGNORED_EPS),
 )
 
 
@@ -295,7 +299,7 @@ BATCH_NORM = Exercise(
             atol=1e-4,
         ),
         hidden(
-            0.5,
+            0.25,
             "running statistics that start elsewhere than 0 and 1, two steps",
             judging(
                 "running statistics",
@@ -307,8 +311,9 @@ BATCH_NORM = Exercise(
             hidden,
             "a square (5, 5) batch, momentum 0.5 and eps 1e-3",
             lambda rng: _bn_steps(rng, (5, 5), affine=True, momentum=0.5, eps=1e-3),
-            training=0.25,
+            training=0.5,
             running=0.25,
+            twins=(0.25, 0),  # the student's own check() sees an `eps` ignored
         ),
         hidden(
             0.75,

@@ -25,7 +25,7 @@ import numpy as np
 
 from grader.checks.backward import LARGE, backward_edges, backward_exercise, eps_slips
 from grader.checks.core import Arrays, Structure, hidden, known_mistake, visible
-from grader.checks.variants import eps_rstds
+from grader.checks.variants import eps_rstds, standardized
 from grader.grading.sandboxed.probes import probe_batch_norm_backward
 from grader.reference import functional as ref
 from normcheck.gradients import BATCH_NORM_BACKWARD as BACKWARD_PROPERTIES
@@ -42,6 +42,7 @@ def _backward_variant(
     correction=0,
     use_weight=True,
     sums_over_n_only=False,
+    weight_x_hat_per_sample=False,
     **eps_slips,
 ):
     """The closed-form backward with a switch per classic slip (and ε's, `variants.eps_rstds`);
@@ -63,7 +64,10 @@ def _backward_variant(
     if weight is None:
         return grad_x, None, None
     summed = (0,) if sums_over_n_only else dims
-    return grad_x, (grad_out * (x - mean) * rstd_weight).sum(summed), grad_out.sum(summed)
+    x_hat_weight = (x - mean) * rstd_weight
+    if weight_x_hat_per_sample:  # LayerNorm's statistics, over every dim but 0
+        x_hat_weight = standardized(x, tuple(range(1, x.dim())), eps)
+    return grad_x, (grad_out * x_hat_weight).sum(summed), grad_out.sum(summed)
 
 
 def _case(rng, *shape, weight=True, scale=LARGE, eps=1e-5) -> Arrays:
@@ -130,6 +134,12 @@ BATCH_NORM_BACKWARD = backward_exercise(
             "a channel shares its γ and β, so sum over N and L (every dim except dim 1).",
             sums_over_n_only=True,
             structural=True,
+        ),
+        _slip(
+            "grad_weight with LayerNorm's x̂",
+            "Your grad_weight sums grad_out·x̂ with x̂ normalized per sample (LayerNorm's "
+            "statistics); γ multiplies the forward's x̂, normalized per channel over the batch.",
+            weight_x_hat_per_sample=True,
         ),
         *eps_slips(_backward_variant, "BatchNorm"),
     ),

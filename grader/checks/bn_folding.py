@@ -31,6 +31,7 @@ import torch
 
 from grader.checks.core import Arrays, Exercise, hidden, known_mistake, visible
 from grader.checks.library import BN_FOLDING, NORMALIZATIONS, forbid
+from grader.checks.variants import IGNORED_EPS, eps_ignored
 from grader.grading.sandboxed.probes import probe_fold
 from grader.reference.fusion import fold_batch_norm
 from normcheck.folding import FOLD_PROPERTIES
@@ -111,6 +112,11 @@ FOLD_BATCH_NORM = Exercise(
             "Your scale is γ/(√running_var + ε); ε is added to the variance, under the root: "
             "γ/√(running_var + ε).",
             std=lambda var, eps: torch.sqrt(var) + eps,
+        ),
+        _slip(
+            "eps argument ignored",
+            eps_ignored("the fold (as BatchNorm's evaluation)"),
+            std=lambda var, eps: torch.sqrt(var + IGNORED_EPS),
         ),
         _slip(
             "variance taken for the standard deviation",

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from grader.checks.core import WIDE, Arrays, Exercise, Structure, hidden, known_mistake, visible
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, forbid
-from grader.checks.variants import standardized, with_affine
+from grader.checks.variants import IGNORED_EPS, eps_ignored, standardized, with_affine
 from grader.grading.sandboxed.probes import probe_group_norm
 from normcheck.properties import GROUP_NORM_SETS
 
@@ -91,6 +91,7 @@ GROUP_NORM = Exercise(
             "(x−μ)/√(σ²+ε), which matters when a group's variance is close to ε.",
             eps_outside=True,
         ),
+        _slip("eps argument ignored", eps_ignored("GroupNorm"), fixed_eps=IGNORED_EPS),
         _slip(
             "eps left out",
             "ε is left out: GroupNorm divides by √(σ² + ε), which matters when a group's "

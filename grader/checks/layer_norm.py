@@ -29,7 +29,14 @@ from grader.checks.backward import LARGE, backward_edges, backward_exercise, eps
 from grader.checks.core import WIDE, Arrays, Exercise, Structure, hidden, known_mistake, visible
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, VARIANCE, forbid
-from grader.checks.variants import eps_rstds, standardized, variance_of, with_affine
+from grader.checks.variants import (
+    IGNORED_EPS,
+    eps_ignored,
+    eps_rstds,
+    standardized,
+    variance_of,
+    with_affine,
+)
 from grader.grading.sandboxed.calling import trailing_dims
 from grader.grading.sandboxed.probes import probe_backward, probe_layer_norm, probe_var
 from grader.reference import functional as ref
@@ -90,9 +97,8 @@ LAYER_NORM_MISTAKES = (
     ),
     _slip(
         "eps argument ignored",
-        "Your answer ignores the `eps` it is given (it always uses the default 1e-5); the caller's "
-        "ε is the one to add under the root.",
-        fixed_eps=1e-5,
+        eps_ignored("LayerNorm"),
+        fixed_eps=IGNORED_EPS,
     ),
     _slip(
         "eps left out",
@@ -318,6 +324,7 @@ def _backward_variant(
     *,
     through_stats=True,
     use_weight=True,
+    weight_x_hat_over_batch=False,
     **eps_slips,
 ):
     """The closed-form backward with a switch per classic slip (and ε's, `variants.eps_of`);
@@ -335,7 +342,10 @@ def _backward_variant(
     if weight is None:
         return grad_x, None, None
     lead = tuple(range(x.dim() - len(dims)))
-    return grad_x, (grad_out * (x - mean) * rstd_weight).sum(lead), grad_out.sum(lead)
+    x_hat_weight = (x - mean) * rstd_weight
+    if weight_x_hat_over_batch:  # BatchNorm's statistics, over the leading dims
+        x_hat_weight = standardized(x, lead, eps)
+    return grad_x, (grad_out * x_hat_weight).sum(lead), grad_out.sum(lead)
 
 
 def _backward_case(
@@ -372,6 +382,14 @@ LAYER_NORM_BACKWARD = backward_exercise(
             "weight left out of grad_x",
             "Your grad_x ignores γ: the gradient reaching x̂ is grad_out·γ.",
             use_weight=False,
+        ),
+        known_mistake(
+            _backward_variant,
+            "grad_weight with BatchNorm's x̂",
+            "Your grad_weight sums grad_out·x̂ with x̂ normalized over the batch for each "
+            "feature (BatchNorm's statistics); γ multiplies the forward's x̂, normalized over "
+            "each row's normalized_shape dims.",
+            weight_x_hat_over_batch=True,
         ),
         *eps_slips(_backward_variant, "LayerNorm"),
     ),

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from grader.checks.core import Arrays, Exercise, Structure, hidden, known_mistake, visible
 from grader.checks.inputs import randn, with_spread
 from grader.checks.library import NORMALIZATIONS, forbid
-from grader.checks.variants import root
+from grader.checks.variants import IGNORED_EPS, eps_ignored, root
 from grader.grading.sandboxed.probes import probe_rms_norm
 from normcheck.properties import RMS_NORM_ROWS
 
@@ -39,12 +39,14 @@ def _rms_norm_variant(
     last_dim_only=False,
     root_of_sum=False,
     use_weight=True,
+    fixed_eps=None,
 ):
     """RMSNorm with a switch per classic slip; the defaults are correct."""
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     dims = (-1,) if last_dim_only else tuple(range(-len(shape), 0))
     if eps is None:
         eps = torch.finfo(x.dtype).eps if eps_default is None else eps_default
+    eps = eps if fixed_eps is None else fixed_eps
     if center:
         x = x - x.mean(dims, keepdim=True)
     square = (x * x).sum(dims, keepdim=True) if root_of_sum else (x * x).mean(dims, keepdim=True)
@@ -122,6 +124,7 @@ RMS_NORM = Exercise(
             "x/√(mean(x²)+ε).",
             eps_outside=True,
         ),
+        _slip("eps argument ignored", eps_ignored("RMSNorm"), fixed_eps=IGNORED_EPS),
         _slip(
             "last dim only",
             "Your mean square covers only the last dim; with a multi-dim `normalized_shape` it "
@@ -170,6 +173,7 @@ RMS_NORM = Exercise(
             0.5,
             "an explicit eps=1e-6 on rows of mean square near 1e-6",
             lambda rng: _rms_case(randn(rng, 3, 10) * np.float32(1e-3), 1, eps=1e-6),
+            twin=0.25,  # the student's own check() sees an `eps` ignored
         ),
         hidden(
             1,

@@ -30,7 +30,7 @@ import torch
 from grader.checks.core import Arrays, Exercise, Structure, hidden, known_mistake, visible
 from grader.checks.inputs import judging
 from grader.checks.library import MASKED_MEAN, NORMALIZATIONS, SEQUENCE_MASKS, forbid
-from grader.checks.variants import with_affine
+from grader.checks.variants import IGNORED_EPS, eps_ignored, with_affine
 from grader.grading.sandboxed.probes import probe_mask, probe_masked_bn, probe_pool
 from grader.reference import masking as ref
 from normcheck.properties import MASKED_BATCH_NORM, MASKED_RUNNING, zero_padding
@@ -208,8 +208,10 @@ def _masked_bn_variant(
     multiply_mask=False,
     check_empty=True,
     in_place=True,
+    fixed_eps=None,
 ):
     """Masked BatchNorm over (B, L, D) with a switch per classic slip; all off is correct."""
+    eps = eps if fixed_eps is None else fixed_eps
     if check_empty and not mask.any():
         raise ValueError("no real tokens")
     m = mask[..., None]  # (B, L, 1)
@@ -376,6 +378,7 @@ MASKED_BATCH_NORM = Exercise(
             "0·inf); select the real tokens (x[mask], torch.where) instead of multiplying.",
             multiply_mask=True,
         ),
+        _bn_slip("eps argument ignored", eps_ignored("BatchNorm"), fixed_eps=IGNORED_EPS),
     ),
     checks=(
         visible(
@@ -413,6 +416,7 @@ MASKED_BATCH_NORM = Exercise(
             0.5,
             "batches with different masks, momentum 0.3 and eps 0.1: outputs",
             judging("outputs", _running_scenario),
+            twin=0.25,  # the student's own check() sees an `eps` ignored
         ),
         hidden(
             1,

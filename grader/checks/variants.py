@@ -6,6 +6,18 @@ from __future__ import annotations
 
 import torch
 
+# A fixed ε (the default 1e-5) where the caller gives its own: the known mistake of every exercise
+# taking an `eps`, said the same way in each.
+IGNORED_EPS = 1e-5
+
+
+def eps_ignored(norm: str) -> str:
+    """The message of the slip 'eps argument ignored' of `norm`."""
+    return (
+        f"Your answer ignores the `eps` it is given (it always uses 1e-5): {norm} adds the "
+        "caller's ε, which matters when the variance is close to ε."
+    )
+
 
 def root(var: torch.Tensor, eps: float, *, eps_outside: bool = False) -> torch.Tensor:
     """√(var + ε); with `eps_outside`, the slip √var + ε."""

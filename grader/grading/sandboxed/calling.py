@@ -13,10 +13,15 @@ sandboxed runner, which has nothing else of the exercise.
 
 from __future__ import annotations
 
+import linecache
+import os
 import sys
+import sysconfig
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -133,15 +138,39 @@ def call(exercise: Probed, answer: Any, inputs: Arrays) -> tuple[Outputs, set[st
         except UnusableOutput as error:
             outputs = StudentError("returned", f"`{exercise.name}` {error}.")
         except Exception as error:
-            outputs = StudentError(type(error).__name__, str(error)[:300])
+            outputs = StudentError(type(error).__name__, str(error)[:300] + where(error))
     return outputs, seen
+
+
+# Code that is not the student's: the libraries (torch, numpy, the standard library, whatever is
+# installed beside them) and this package, wherever they are installed.
+_NOT_THE_STUDENTS = tuple(
+    {str(Path(m.__file__).resolve().parent) for m in (np, torch, os, sys.modules[__name__])}
+    | {str(Path(sysconfig.get_path(p)).resolve()) for p in ("purelib", "platlib", "stdlib")}
+)
+
+
+def where(error: BaseException) -> str:
+    """' (line 5 of your cell: `y = x @ w`)': the last line of the student's own code the
+    error passed through; '' when none is known."""
+    found = None
+    for frame, line in traceback.walk_tb(error.__traceback__):
+        name = frame.f_code.co_filename
+        if not str(Path(name).resolve()).startswith(_NOT_THE_STUDENTS):
+            found = (name, line)
+    if found is None:
+        return ""
+    text = linecache.getline(*found).strip()
+    return f" (line {found[1]} of your cell" + (f": `{text[:120]}`)" if text else ")")
 
 
 def load_answer(setup: str, source: str, name: str) -> Any:
     """Execute the setup and the answer cell in a fresh namespace; return the object `name`."""
     namespace: dict[str, Any] = {"__name__": "__answer__"}
     exec(compile(setup, "<setup>", "exec"), namespace)
-    exec(compile(source, f"<answer {name}>", "exec"), namespace)
+    cell = f"<answer {name}>"
+    linecache.cache[cell] = (len(source), None, source.splitlines(True), cell)  # for `where`
+    exec(compile(source, cell, "exec"), namespace)
     if name not in namespace:
         raise NameError(f"the answer cell does not define `{name}`")
     return namespace[name]
