@@ -157,11 +157,11 @@ def fingerprint(task: Task, course: Course) -> str:
     return notebook_fingerprint(task.submission, course.source_notebook(task.assignment))
 
 
-def register_all(course: Course) -> None:
-    """Put every assignment in the gradebook, once per source."""
+def register_all(course: Course, names: Collection[str] | None = None) -> None:
+    """Put every assignment (or those `names`) in the gradebook, once per source."""
     use_this_environment()
     api = recording_api(course)
-    for assignment in assignments():
+    for assignment in assignments() if names is None else sorted(names):
         _stop_point()
         records.register(course, api, assignment)
 
@@ -305,12 +305,14 @@ def autograde(
             records.start_new_gradebook(course)
         course.clean_scratch()
         try:
-            register_all(course)
+            handed = discover(submissions)
+            released = records.gradable(course, {t.assignment for t in handed})
+            register_all(course, released)
             seed = fresh_seed() if seed is None else seed
             outcomes, todo = refused(submissions), []
-            for task in discover(submissions):
-                if not _wanted(task, students, notebooks):
-                    continue
+            for task in handed:
+                if task.assignment not in released or not _wanted(task, students, notebooks):
+                    continue  # an assignment never released is not graded (records.gradable)
                 stamp = course.stamp(task.student, task.assignment)
                 unchanged = stamp.is_file() and stamp.read_text() == fingerprint(task, course)
                 if unchanged and not force:

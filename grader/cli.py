@@ -4,6 +4,7 @@ feedback, export, report, demo for instructors; check for students."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import shutil
 import sys
@@ -105,8 +106,10 @@ def _autograde(args: argparse.Namespace) -> int:
     """Exit 0 when every notebook is graded and recorded, 1 when some are not (listed), 2 when
     the run is refused, 128 + N when stopped by signal N."""
     from grader.autograde import Interrupted, autograde, not_handed_in
-    from grader.course import Course, Refused
+    from grader.course import Refused
     from grader.course.discovery import layout_problem
+    from grader.gradebook.config import open_course
+    from grader.gradebook.records import gradable
 
     _refuse_an_older_config(args.course)
     source = _source(args)
@@ -114,8 +117,10 @@ def _autograde(args: argparse.Namespace) -> int:
     problem = layout_problem(args.submissions, args.course)
     if problem:
         raise UsageError(problem)
+    _refuse_unknown_names(args)
     sandbox, limits = _isolation(args, source)
-    course = Course(args.course, source)
+    course = open_course(args.course, source)
+    _refuse_unreleased(course, args.assignment or ())
     try:
         outcomes = autograde(
             args.submissions,
@@ -138,8 +143,58 @@ def _autograde(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 128 + stop.signum
+    released = gradable(course)
     absent = not_handed_in(args.submissions, args.student or (), args.assignment or ())
-    return _summary(outcomes, course, absent)
+    unreleased = [(o.task, "never released") for o in _handed_in_unreleased(args, released)]
+    _listing("Not released (skipped, nothing recorded):", unreleased)
+    return _summary(outcomes, course, [t for t in absent if t.assignment in released])
+
+
+def _handed_in_unreleased(args: argparse.Namespace, released: list[str]) -> list:
+    from grader.autograde import Outcome, _wanted, discover
+
+    named = (args.student or (), args.assignment or ())
+    return [
+        Outcome(t)
+        for t in discover(args.submissions)
+        if t.assignment not in released and _wanted(t, *named)
+    ]
+
+
+def unknown(kind: str, name: str, known: list[str], where: str) -> str:
+    """One line naming `name`, which is no `kind` of `known`, and the near matches."""
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}?" if close else f"{kind}s: {', '.join(known)}"
+    return f"no {kind} {name!r} {where} ({hint if known else 'there is none'})"
+
+
+def _refuse_unknown_names(args: argparse.Namespace) -> None:
+    """`--student` and `--assignment` must each name one: a typo is refused, never '0 graded'."""
+    from grader.course.config import assignments
+    from grader.course.discovery import student_folders
+
+    students = student_folders(args.submissions)[0]
+    for student in args.student or ():
+        if student not in students:
+            raise UsageError(unknown("student", student, students, f"in {args.submissions}"))
+    for assignment in args.assignment or ():
+        if assignment not in assignments():
+            raise UsageError(unknown("assignment", assignment, assignments(), "in this course"))
+
+
+def _refuse_unreleased(course, named: list[str]) -> None:
+    """In an nbgrader course folder, an assignment named but never released is refused."""
+    from grader.gradebook.config import CONFIG_FILE
+    from grader.gradebook.records import released
+
+    if not (course.root / CONFIG_FILE).is_file():
+        return
+    for assignment in named:
+        if assignment not in released(course):
+            raise UsageError(
+                f"{assignment} is not released in {course.root} (nothing to grade): "
+                f"`nbgrader generate_assignment {assignment}` there releases it"
+            )
 
 
 def _summary(outcomes: list, course, absent: list = ()) -> int:
@@ -202,19 +257,24 @@ def _refuse_an_older_config(root: Path) -> None:
 
 
 def _graded_course(root: Path):
-    """The course `grader autograde` made at `root`; anything else is refused, creating nothing."""
-    from grader.course import Course, holds_data
+    """The course `grader autograde` graded at `root`; anything else is refused, creating
+    nothing (no hint here leads to grading into a new folder by accident)."""
+    from grader.course import holds_data
+    from grader.gradebook.config import open_course
     from grader.gradebook.records import gradebook_problem
 
     _refuse_an_older_config(root)
-
-    gradebook = root / "gradebook.db"
-    if not holds_data(gradebook):
+    if not root.is_dir():
         raise UsageError(
-            f"{root} is not a graded course ({gradebook} is missing or empty): "
-            f"run `grader autograde SUBMISSIONS --course {root}` first"
+            f"there is no course folder {root}: name it with --course, or run from the course "
+            "folder (the one holding nbgrader_config.py)"
         )
-    course = Course(root)
+    course = open_course(root)
+    if not holds_data(course.gradebook):
+        raise UsageError(
+            f"{root} is not a graded course ({course.gradebook} is missing or empty): name the "
+            "course folder with --course, or grade its submissions first (`grader autograde`)"
+        )
     problem = gradebook_problem(course)
     if problem:
         raise UsageError(f"{problem}: restore it, or run `grader autograde --force`")
@@ -372,9 +432,21 @@ def _course_option() -> argparse.ArgumentParser:
     return _option(
         "--course",
         type=Path,
-        default=DEFAULT_COURSE,
-        help="grading working dir: gradebook, results, feedback (default: %(default)s)",
+        default=None,
+        help="the course folder: gradebook, results, feedback (default: the current folder "
+        f"when it holds an nbgrader_config.py, as nbgrader finds it; else {DEFAULT_COURSE})",
     )
+
+
+def course_folder(named: Path | None, cwd: Path | None = None) -> Path:
+    """The course folder a command works on: the one named, else the current folder when it
+    holds an nbgrader_config.py (nbgrader's own commands read that one), else DEFAULT_COURSE."""
+    from grader.gradebook.config import CONFIG_FILE
+
+    if named is not None:
+        return named
+    here = cwd or Path.cwd()
+    return Path(".") if (here / CONFIG_FILE).is_file() else DEFAULT_COURSE
 
 
 def _command(
@@ -521,11 +593,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from grader.gradebook.config import CourseConfigError
+
     args = build_parser().parse_args(argv)
     warnings.filterwarnings("ignore", module="nbgrader")  # SQLAlchemy chatter from nbgrader's ORM
+    if "course" in args and args.command != "init":
+        args.course = course_folder(args.course)
     try:
         return args.run(args)
-    except UsageError as error:
+    except (UsageError, CourseConfigError) as error:
         print(f"grader {args.command}: error: {error}", file=sys.stderr)
         return 2
 
