@@ -302,10 +302,45 @@ def _feedback(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from grader.publish.feedback import write_csv
+    """Exit 1 when students of the gradebook are not in the LMS's roster (named, not
+    exported)."""
+    from grader.gradebook.records import released
+    from grader.publish.feedback import export_grades
 
+    if (args.lms != "nbgrader") != (args.roster is not None):
+        raise UsageError("--lms canvas and --lms moodle go with --roster FILE (the LMS's export)")
+    if args.roster is not None:
+        _roster(args.lms, args.roster)
     course = _graded_course(args.course)
-    print("Grades written to", write_csv(course, args.csv))
+    for assignment in args.assignment or ():
+        if assignment not in released(course):
+            raise UsageError(unknown("assignment", assignment, released(course), "graded here"))
+    for student in args.student or ():
+        if student not in _students(course):
+            raise UsageError(unknown("student", student, _students(course), "graded here"))
+    named = (args.student or (), args.assignment or ())
+    unmatched = export_grades(course, args.csv, *named, args.lms, args.roster)
+    if unmatched:
+        print(f"Not in the {args.lms} roster, not exported:", ", ".join(unmatched))
+    print("Grades written to", args.csv)
+    return 1 if unmatched else 0
+
+
+def _roster(lms: str, path: Path):
+    """The LMS's roster file, read (refused in one line when it is not that LMS's export)."""
+    from grader.gradebook.rosters import RosterError, read_roster
+
+    try:
+        return read_roster(lms, path)
+    except RosterError as error:
+        raise UsageError(str(error)) from None
+
+
+def _roster_command(args: argparse.Namespace) -> int:
+    from grader.gradebook.rosters import nbgrader_roster, write_csv
+
+    write_csv(args.csv, nbgrader_roster(_roster(args.lms, args.roster)))
+    print(f"nbgrader's roster written to {args.csv}: `nbgrader db student import {args.csv}`")
     return 0
 
 
@@ -545,13 +580,57 @@ def build_parser() -> argparse.ArgumentParser:
         _export,
         parents=[_course_option()],
         help="a grades CSV an LMS can import",
-        description="One row per student of nbgrader's roster (student_id, last_name, "
-        "first_name, email), one column per assignment headed with its points, e.g. "
-        "'01_layer_norm (19 pts)', and the total; an assignment not handed in scores 0. The "
-        "same as `nbgrader export --exporter grader.gradebook.lms.LmsCsvExport`.",
+        description="Every released assignment. By default, one row per student of nbgrader's "
+        "roster (student_id, last_name, first_name, email), one column per assignment headed "
+        "'<assignment> (<points> pts)', and the total; an assignment not handed in scores 0 "
+        "(`nbgrader export --exporter grader.gradebook.lms.LmsCsvExport`). With --lms canvas "
+        "or moodle, the file that LMS's grade import reads, one row per student of its roster "
+        "(--roster); exit 1 naming the graded students the roster lacks.",
     )
     export.add_argument(
         "--csv", type=Path, default=Path("grades.csv"), help="where to write (default: %(default)s)"
+    )
+    export.add_argument(
+        "--lms",
+        choices=["nbgrader", "canvas", "moodle"],
+        default="nbgrader",
+        help="the file's format: nbgrader's roster and columns (default), or the named LMS's "
+        "grade import, for the students of its own roster (--roster)",
+    )
+    export.add_argument(
+        "--roster",
+        type=Path,
+        metavar="FILE",
+        help="the LMS's gradebook export (Canvas: Grades → Export; Moodle: Grades → Export → "
+        "Plain text file): its students, ids and columns",
+    )
+    export.add_argument(
+        "--student", action="append", metavar="ID", help="export only this student (repeatable)"
+    )
+    export.add_argument(
+        "--assignment",
+        action="append",
+        metavar="NAME",
+        help="export only this assignment (repeatable; default: every released one)",
+    )
+
+    roster = _command(
+        commands,
+        "roster",
+        _roster_command,
+        help="an LMS's roster as the CSV `nbgrader db student import` reads",
+        description="Reads the LMS's gradebook export (Canvas's or Moodle's) and writes its "
+        "students (nbgrader id, first and last name, email) for `nbgrader db student import`. "
+        "The nbgrader id is Canvas's SIS Login ID (else its user ID), Moodle's ID number "
+        "(else the email address).",
+    )
+    roster.add_argument("lms", choices=["canvas", "moodle"])
+    roster.add_argument("roster", type=Path, metavar="FILE", help="the LMS's gradebook export")
+    roster.add_argument(
+        "--csv",
+        type=Path,
+        default=Path("students.csv"),
+        help="where to write (default: %(default)s)",
     )
 
     report = _command(

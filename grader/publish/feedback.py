@@ -28,7 +28,7 @@ from traitlets.config import Config
 from grader.course import EXCHANGE_FILES, Course, grade_id, nbgrader_metadata
 from grader.course.config import assignments
 from grader.gradebook.config import gradebook_url
-from grader.gradebook.lms import LmsCsvExport
+from grader.gradebook.lms import EXPORTS
 from grader.gradebook.records import cell_grades
 
 HIDDEN_REGION = re.compile(r"BEGIN HIDDEN TESTS|END HIDDEN TESTS|grade\(")
@@ -55,11 +55,30 @@ def max_scores(course: Course) -> dict[str, float]:
 
 
 def write_csv(course: Course, path: Path, students: list[str] = ()) -> Path:
-    """The gradebook as an LMS imports it (`grader.gradebook.lms.LmsCsvExport`): every student of
-    the roster, or only `students`."""
-    with Gradebook(gradebook_url(course)) as gradebook:
-        LmsCsvExport(to=str(path), student=list(students)).export(gradebook)
+    """The gradebook as nbgrader's roster has it (`export_grades`): every student, or only
+    `students`."""
+    export_grades(course, path, students)
     return path
+
+
+def export_grades(
+    course: Course,
+    path: Path,
+    students: list[str] = (),
+    assignments: list[str] = (),
+    lms: str = "nbgrader",
+    roster: Path | None = None,
+) -> list[str]:
+    """The gradebook as an LMS imports it (`grader.gradebook.lms.EXPORTS[lms]`): every
+    student of the roster (nbgrader's, or the LMS's own `roster` file), or only `students`;
+    every released assignment, or only `assignments`. Returns the gradebook's students left
+    out because the LMS's roster lacks them."""
+    export = EXPORTS[lms](to=str(path), student=list(students), assignment=list(assignments))
+    if roster is not None:
+        export.roster = str(roster)
+    with Gradebook(gradebook_url(course)) as gradebook:
+        export.export(gradebook)
+    return getattr(export, "unmatched", [])
 
 
 @dataclass(frozen=True)
