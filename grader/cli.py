@@ -484,6 +484,22 @@ def course_folder(named: Path | None, cwd: Path | None = None) -> Path:
     return Path(".") if (here / CONFIG_FILE).is_file() else DEFAULT_COURSE
 
 
+def _narrowing_options(verb: str) -> argparse.ArgumentParser:
+    """--student and --assignment, each repeatable, for a command that would `verb` them all;
+    a name that is none of them is refused (`unknown`)."""
+    narrowing = argparse.ArgumentParser(add_help=False)
+    narrowing.add_argument(
+        "--student", action="append", metavar="ID", help=f"{verb} only this student (repeatable)"
+    )
+    narrowing.add_argument(
+        "--assignment",
+        action="append",
+        metavar="NAME",
+        help=f"{verb} only this assignment (repeatable; default: every released one)",
+    )
+    return narrowing
+
+
 def _command(
     commands, name: str, run: Callable[[argparse.Namespace], int], **how
 ) -> argparse.ArgumentParser:
@@ -530,7 +546,7 @@ def build_parser() -> argparse.ArgumentParser:
         commands,
         "autograde",
         _autograde,
-        parents=[_course_option(), _grading_options(EXERCISE_SECONDS)],
+        parents=[_course_option(), _grading_options(EXERCISE_SECONDS), _narrowing_options("grade")],
         help="grade every student × notebook under SUBMISSIONS into nbgrader's gradebook",
         description="SUBMISSIONS holds <student>/<assignment>/<assignment>.ipynb. Re-running "
         "skips submissions already graded and unchanged; a broken notebook is reported for its "
@@ -552,15 +568,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="grade again even what is unchanged since it was recorded (and, if the gradebook "
         "was lost, grade everything into a new one)",
     )
-    autograde.add_argument(
-        "--student", action="append", metavar="ID", help="grade only this student (repeatable)"
-    )
-    autograde.add_argument(
-        "--assignment",
-        action="append",
-        metavar="NAME",
-        help="grade only this notebook (repeatable)",
-    )
 
     _command(
         commands,
@@ -578,7 +585,7 @@ def build_parser() -> argparse.ArgumentParser:
         commands,
         "export",
         _export,
-        parents=[_course_option()],
+        parents=[_course_option(), _narrowing_options("export")],
         help="a grades CSV an LMS can import",
         description="Every released assignment. By default, one row per student of nbgrader's "
         "roster (student_id, last_name, first_name, email), one column per assignment headed "
@@ -603,15 +610,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="the LMS's gradebook export (Canvas: Grades → Export; Moodle: Grades → Export → "
         "Plain text file): its students, ids and columns",
-    )
-    export.add_argument(
-        "--student", action="append", metavar="ID", help="export only this student (repeatable)"
-    )
-    export.add_argument(
-        "--assignment",
-        action="append",
-        metavar="NAME",
-        help="export only this assignment (repeatable; default: every released one)",
     )
 
     roster = _command(
