@@ -336,6 +336,30 @@ def _roster(lms: str, path: Path):
         raise UsageError(str(error)) from None
 
 
+def _collect(args: argparse.Namespace) -> int:
+    """Exit 1 when an entry of the download was not collected (each named, with why)."""
+    import zipfile
+
+    from grader.course.config import assignments
+    from grader.gradebook.config import open_course
+    from grader.gradebook.downloads import collect
+
+    if args.assignment not in assignments():
+        raise UsageError(unknown("assignment", args.assignment, assignments(), "in this course"))
+    if not zipfile.is_zipfile(args.download):
+        raise UsageError(f"{args.download} is not a zip file (the LMS's submission download)")
+    roster = _roster(args.lms, args.roster) if args.roster else None
+    done = collect(args.download, args.assignment, open_course(args.course), args.lms, roster)
+    for student, entry in done.students.items():
+        print(f"  {student}: {entry}")
+    if done.skipped:
+        print("NOT COLLECTED (fix the name or the roster, then run again):")
+        print(*(f"  {why}" for why in done.skipped), sep="\n")
+    submitted = Layout.of(args.course).submitted
+    print(f"Collected {len(done.students)} students into {submitted}.")
+    return 1 if done.skipped else 0
+
+
 def _roster_command(args: argparse.Namespace) -> int:
     from grader.gradebook.rosters import nbgrader_roster, write_csv
 
@@ -610,6 +634,26 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="the LMS's gradebook export (Canvas: Grades → Export; Moodle: Grades → Export → "
         "Plain text file): its students, ids and columns",
+    )
+
+    collect = _command(
+        commands,
+        "collect",
+        _collect,
+        parents=[_course_option()],
+        help="an LMS's submission download into the course's submitted/",
+        description="Each student's latest submission of ASSIGNMENT in DOWNLOAD (the zip "
+        "Canvas's or Moodle's 'Download submissions' gives, wherever it is), by the names the "
+        "LMS gives: resubmissions, late markers (timestamped one second after the due date), "
+        "Moodle's folders. Ids come from the roster (--roster) or the LMS's own ids; a name "
+        "that matches nothing, an unsafe entry or an id nbgrader cannot store is listed and "
+        "skipped for its student only (exit 1).",
+    )
+    collect.add_argument("assignment", metavar="ASSIGNMENT")
+    collect.add_argument("download", type=Path, metavar="DOWNLOAD", help="the LMS's zip")
+    collect.add_argument("--lms", choices=["canvas", "moodle"], required=True)
+    collect.add_argument(
+        "--roster", type=Path, metavar="FILE", help="the LMS's gradebook export (its ids)"
     )
 
     roster = _command(

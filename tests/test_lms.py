@@ -5,7 +5,10 @@ export inert in a spreadsheet; nbgrader's roster import written from an LMS's ro
 from __future__ import annotations
 
 import csv
+import datetime
+import io
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -196,3 +199,109 @@ def test_a_plain_cell_is_left_as_it_is():
     assert [inert(c) for c in ["ada", "3.5", "Nguyen, An", " =x", "a=b"]] == [
         "ada", "3.5", "Nguyen, An", " =x", "a=b"
     ]  # fmt: skip
+
+
+# --- a submission download ---------------------------------------------------------------------
+
+DUE = datetime.datetime(2026, 3, 1, 12, 0)
+
+
+def download(path: Path, entries: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+    return path
+
+
+def own_zip(entries: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+def due(course: Path) -> Path:
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        gradebook.update_or_create_assignment(FIRST, duedate=DUE)
+    return course
+
+
+def collected(course: Path) -> dict[str, tuple[bytes, str]]:
+    """student -> (their notebook's bytes, their timestamp.txt or '')."""
+    found = {}
+    for notebook in sorted((course / "submitted").glob(f"*/{FIRST}/{FIRST}.ipynb")):
+        stamp = notebook.with_name("timestamp.txt")
+        found[notebook.parents[1].name] = (
+            notebook.read_bytes(),
+            stamp.read_text() if stamp.exists() else "",
+        )
+    return found
+
+
+CANVAS_CLASS = [
+    *CANVAS_ROSTER[:3],
+    ["Le, Bo", "10006", "", "lebo", "Section 01"],
+    ["Kim, Cy", "10007", "", "kimcy", "Section 01"],
+    ["Evil, Ed", "10008", "", "evil", "Section 01"],
+    ["Dot, Dot", "10012", "", "..", "Section 01"],
+]
+
+
+def test_canvas_download_names_are_collected_timestamped_or_listed(tmp_path, capsys, graded_course):
+    course = due(graded_course({}))
+    roster = write_rows(tmp_path / "canvas.csv", [r + [""] * (9 - len(r)) for r in CANVAS_CLASS])
+    nb = f"{FIRST}.ipynb"
+    zipped = download(
+        tmp_path / "submissions.zip",
+        {
+            f"nguyenan_10005_50005_{nb}": b"first",
+            f"nguyenan_10005_50006_{FIRST} (1).ipynb": b"resubmitted",  # Canvas's resubmission
+            f"lebo_LATE_10006_50007_{FIRST}-2.ipynb": b"late",
+            f"kimcy_late_10007_50008_{nb}": b"late, lowercase",  # the id is 10007, not late
+            f"evil_10008_50009_{FIRST}.zip": own_zip(
+                {f"deep/{nb}": b"own zip", f"ghost_10010_1_{nb}": b"not a student"}
+            ),
+            f"../escape_10011_1_{nb}": b"outside",
+            f"dot_10012_50010_{nb}": b"id ..",
+            "readme.txt": b"not a submission",
+        },
+    )
+    argv = ["collect", FIRST, str(zipped), "--lms", "canvas", "--roster", str(roster)]
+    assert main([*argv, "--course", str(course)]) == 1
+    after = f"{DUE + datetime.timedelta(seconds=1)} UTC"
+    assert collected(course) == {
+        "nguyenan": (b"resubmitted", ""),
+        "lebo": (b"late", after),
+        "kimcy": (b"late, lowercase", after),
+        "evil": (b"own zip", ""),
+    }
+    listed = capsys.readouterr().out.split("NOT COLLECTED")[1]
+    assert f"../escape_10011_1_{nb}: a path outside the download" in listed
+    assert f"dot_10012_50010_{nb}: the student '10012' is not letters, digits" in listed
+    assert "readme.txt: not a name canvas gives a submission" in listed
+
+
+def test_canvas_download_without_a_roster_takes_canvas_ids(tmp_path, graded_course):
+    course = graded_course({})
+    zipped = download(tmp_path / "s.zip", {f"nguyenan_10005_50005_{FIRST}.ipynb": b"x"})
+    assert main(["collect", FIRST, str(zipped), "--lms", "canvas", "--course", str(course)]) == 0
+    assert collected(course) == {"10005": (b"x", "")}  # no due date: nothing late
+
+
+def test_moodle_download_names_and_folders_are_collected(tmp_path, capsys, graded_course):
+    course = graded_course({})
+    roster = write_rows(tmp_path / "moodle.csv", MOODLE_ROSTER)
+    nb = f"{FIRST}.ipynb"
+    zipped = download(
+        tmp_path / "moodle.zip",
+        {
+            f"An Nguyen_123456_assignsubmission_file_{nb}": b"an",
+            f"Bo Li_123457_assignsubmission_file_/{nb}": b"bo",  # "in folders"
+            f"Zed Unknown_123458_assignsubmission_file_{nb}": b"zed",
+        },
+    )
+    argv = ["collect", FIRST, str(zipped), "--lms", "moodle", "--roster", str(roster)]
+    assert main([*argv, "--course", str(course)]) == 1
+    assert collected(course) == {"s10005": (b"an", ""), "bo@example.edu": (b"bo", "")}
+    assert "the student 'Zed Unknown' is not in the roster" in capsys.readouterr().out

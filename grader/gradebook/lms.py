@@ -15,13 +15,13 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.plugins import ExportPlugin, FileNameCollectorPlugin
 from traitlets import List, Unicode
 
+from grader.gradebook.downloads import ATTEMPT
 from grader.gradebook.rosters import (
     CANVAS_IDENTITY,
     CANVAS_POINTS_ROW,
@@ -146,16 +146,12 @@ def _number(value: float) -> str:
     return f"{value:g}"
 
 
-RESUBMISSION = re.compile(r"^(?P<stem>.+)-(?P<attempt>\d+)$")
-
-
 def attempt(file_id: str) -> tuple[str, int]:
-    """`01_layer_norm-2.ipynb` -> ("01_layer_norm.ipynb", 2); a first submission is attempt 0."""
+    """`01_layer_norm-2.ipynb` or `01_layer_norm (2).ipynb` -> ("01_layer_norm.ipynb", 2); a
+    first submission is attempt 0 (`grader.gradebook.downloads.ATTEMPT`)."""
     stem, extension = os.path.splitext(file_id)
-    found = RESUBMISSION.match(stem)
-    if not found:
-        return file_id, 0
-    return found["stem"] + extension, int(found["attempt"])
+    found = ATTEMPT.match(stem)
+    return found["stem"] + extension, int(found["dash"] or found["paren"] or 0)
 
 
 class ResubmissionCollector(FileNameCollectorPlugin):
@@ -164,7 +160,7 @@ class ResubmissionCollector(FileNameCollectorPlugin):
     under the released name and the others are skipped, each named in the log."""
 
     named_regexp = Unicode(
-        r".*/[^/_]+_(?:LATE_)?(?P<student_id>[^_/]+)_\d+_(?P<file_id>[^/]+)$",
+        r".*/[^/_]+_(?:[Ll][Aa][Tt][Ee]_)?(?P<student_id>[^_/]+)_\d+_(?P<file_id>[^/]+)$",
         help="As nbgrader's FileNameCollectorPlugin; the default reads an LMS download's "
         "`<name>_[LATE_]<student id>_<submission id>_<file name>`",
     ).tag(config=True)
