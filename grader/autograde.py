@@ -92,6 +92,7 @@ class Outcome:
     score: float = 0.0
     max_score: float = 0.0
     problem: str = ""  # why the submission could not be recorded, in plain words
+    seed: int | None = None  # of the hidden inputs it was graded on
     skipped: bool = False
     grader_fault: bool = False  # the problem is the grader's, not the submission's
 
@@ -176,7 +177,7 @@ def grade(
     for task, submission, exercises in zip(tasks, submissions, graded, strict=True):
         path = course.results_file(task.student, task.assignment)
         try:
-            Results(exercises, submission.fingerprint, submission.problem).save(path)
+            Results(exercises, submission.fingerprint, submission.problem, seed).save(path)
         except OSError as error:
             raise GraderFault(f"could not store the result in {path.parent} ({error})") from None
     return submissions
@@ -213,7 +214,7 @@ def record(task: Task, course: Course, api: NbGraderAPI, submission: Submission)
     if problem:
         return Outcome(task, problem=problem)
     results = Results.load(course.results_file(task.student, task.assignment))
-    return Outcome(task, score=results.score, max_score=results.max_score)
+    return Outcome(task, score=results.score, max_score=results.max_score, seed=results.seed)
 
 
 def grade_submission(root: Path, student: str, assignment: str, submission: Path) -> None:
@@ -308,6 +309,8 @@ def autograde(
             handed = discover(submissions)
             released = records.gradable(course, {t.assignment for t in handed})
             register_all(course, released)
+            # A regrade of named students draws each notebook's hidden inputs as last time.
+            reproduce = force and bool(students) and seed is None
             seed = fresh_seed() if seed is None else seed
             outcomes, todo = refused(submissions), []
             for task in handed:
@@ -319,7 +322,9 @@ def autograde(
                     outcomes.append(Outcome(task, skipped=True))
                 else:
                     todo.append(task)
-            run = _Run(course, recording_api(course), jobs, seed, limits, sandbox)
+            seeds = {t: _recorded_seed(course, t) if reproduce else None for t in todo}
+            seeds = {t: seed if s is None else s for t, s in seeds.items()}
+            run = _Run(course, recording_api(course), jobs, seeds, limits, sandbox)
             with prestarted(sandbox, course.scratch), records.one_gradebook_session():
                 outcomes += run.grade_and_record(todo, Progress(todo) if progress else None)
             _stop_point()
@@ -328,26 +333,34 @@ def autograde(
             shutil.rmtree(course.scratch, ignore_errors=True)
 
 
+def _recorded_seed(course: Course, task: Task) -> int | None:
+    """The seed `task`'s recorded result was graded with (None: none recorded)."""
+    try:
+        return Results.load(course.results_file(task.student, task.assignment)).seed
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 @dataclass
 class _Run:
     course: Course
     api: NbGraderAPI
     jobs: int | None
-    seed: int
+    seeds: dict[Task, int]  # each task's hidden inputs' seed
     limits: Limits
     sandbox: Sandbox | None
 
     def grade_and_record(self, todo: list[Task], bar: Progress | None) -> list[Outcome]:
         """Grade each student's notebooks in worker threads, record them in this one; on a
         stop, record nothing more and wait for the workers, whose runners are being killed."""
-        by_student: dict[str, list[Task]] = {}
-        for task in todo:
-            by_student.setdefault(task.student, []).append(task)
+        by_student: dict[tuple[str, int], list[Task]] = {}
+        for task in todo:  # a student's notebooks together, each with its seed
+            by_student.setdefault((task.student, self.seeds[task]), []).append(task)
         outcomes = []
         with ThreadPoolExecutor(max_workers=self.jobs or os.cpu_count() or 1) as pool:
             futures = {
-                pool.submit(grade, tasks, self.course, self.seed, self.limits, self.sandbox): tasks
-                for tasks in by_student.values()
+                pool.submit(grade, tasks, self.course, seed, self.limits, self.sandbox): tasks
+                for (_, seed), tasks in by_student.items()
             }
             for future in as_completed(futures):
                 if RUNNERS.stopping.is_set():

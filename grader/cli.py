@@ -210,6 +210,9 @@ def _summary(outcomes: list, course, absent: list = ()) -> int:
     _listing("NOT RECORDED (fix the cause, then run again; other grades are kept):", not_recorded)
     skipped = sum(o.skipped for o in outcomes)
     graded = len(outcomes) - skipped - len(not_recorded)
+    seeds = sorted({o.seed for o in outcomes if o.seed is not None})
+    if seeds:  # recorded with each result, and reused by `--force --student ID`
+        print("Hidden inputs drawn with seed", ", ".join(map(str, seeds)))
     print(
         f"Notebooks: {graded} graded, {skipped} unchanged since the last run (skipped), "
         f"{len(absent)} not handed in, {len(not_recorded)} not recorded."

@@ -7,6 +7,7 @@ import contextlib
 import datetime
 import io
 import itertools
+import json
 import shutil
 import subprocess
 import sys
@@ -510,3 +511,27 @@ def late_grades(course: Path) -> dict[str, tuple[float, float]]:
             s.student.id: (s.score, s.late_submission_penalty or 0.0)
             for s in gradebook.find_assignment(ASSIGNMENT).submissions
         }
+
+
+def test_a_regrade_of_a_student_draws_the_hidden_inputs_of_their_recorded_grade(
+    tmp_path, monkeypatch
+):
+    """The seed of each run is recorded with its results and shown; `--force --student X`
+    grades X again on the same hidden inputs, to the very same result."""
+    write_class(tmp_path / "SUB", {"ivy": PROFILES["ivy"]})  # a mistake the hidden checks see
+    monkeypatch.chdir(tmp_path)
+    argv = ["autograde", "SUB", "--course", "c", "--assignment", ASSIGNMENT, "--jobs", "1"]
+    argv += ["--unsafe-no-sandbox"]
+    results = tmp_path / "c" / "results" / "ivy" / f"{ASSIGNMENT}.json"
+
+    def run(*options: str) -> tuple[str, str]:
+        capture = io.StringIO()
+        with contextlib.redirect_stdout(capture):
+            assert main([*argv, *options]) == 0
+        return capture.getvalue(), results.read_text()
+
+    output, first = run()
+    seed = json.loads(first)["seed"]
+    assert f"Hidden inputs drawn with seed {seed}\n" in output
+    assert run("--force", "--student", "ivy")[1] == first
+    assert json.loads(run("--force")[1])["seed"] != seed  # a new run draws afresh
