@@ -208,6 +208,7 @@ def _summary(outcomes: list, course, absent: list = ()) -> int:
     unjudged = [(o.task, why) for o in outcomes if not o.problem and (why := lost(o.task, course))]
     _listing("Scored 0 as listed (the student's doing; their feedback says why):", unjudged)
     _listing("NOT RECORDED (fix the cause, then run again; other grades are kept):", not_recorded)
+    _scores(course, outcomes, unjudged + not_recorded)
     skipped = sum(o.skipped for o in outcomes)
     graded = len(outcomes) - skipped - len(not_recorded)
     seeds = sorted({o.seed for o in outcomes if o.seed is not None})
@@ -218,6 +219,20 @@ def _summary(outcomes: list, course, absent: list = ()) -> int:
         f"{len(absent)} not handed in, {len(not_recorded)} not recorded."
     )
     return 1 if not_recorded else 0
+
+
+def _scores(course, outcomes: list, failed: list) -> None:
+    """The table of what the gradebook holds for the students of this run."""
+    from grader.course.discovery import refusal
+    from grader.publish.tables import score_table, show
+
+    students = sorted({o.task.student for o in outcomes if not refusal(o.task.student)})
+    if not students:
+        return
+    failures: dict[str, list[str]] = {}
+    for task, reason in failed:
+        failures.setdefault(task.student, []).append(f"{task.assignment}: {reason}")
+    show(score_table(course, students, {s: "; ".join(r) for s, r in failures.items()}))
 
 
 def _listing(title: str, items: list) -> None:
@@ -385,7 +400,7 @@ def _demo(args: argparse.Namespace) -> int:
     from grader.autograde import autograde
     from grader.course import Course
     from grader.grading.sandbox import available as sandbox_available
-    from grader.publish.feedback import format_table, write_csv, write_feedback
+    from grader.publish.feedback import write_csv, write_feedback
     from grader.release.demo import PROFILES, write_class
 
     source = _source(args)
@@ -399,8 +414,6 @@ def _demo(args: argparse.Namespace) -> int:
     sandbox, limits = _isolation(args, source)
     print(f"Grading a sample class of {len(students)} students ({submissions}) ...")
     outcomes = autograde(submissions, course, args.jobs, None, limits, sandbox)
-    print()
-    print(format_table(course, students))
     print()
     status = _summary(outcomes, course)
     print()

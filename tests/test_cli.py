@@ -535,3 +535,13 @@ def test_a_regrade_of_a_student_draws_the_hidden_inputs_of_their_recorded_grade(
     assert f"Hidden inputs drawn with seed {seed}\n" in output
     assert run("--force", "--student", "ivy")[1] == first
     assert json.loads(run("--force")[1])["seed"] != seed  # a new run draws afresh
+
+
+def test_the_run_ends_with_a_score_table_of_points_and_what_failed(class_run):
+    _, _, output = class_run
+    table = output.split("Scores recorded in the gradebook", 1)[1]
+    rows = {line.split("│")[1].strip(): line for line in table.splitlines() if "│" in line}
+    full = sum(sum(e.values()) for e in expected_scores({"ada": PROFILES["ada"]}).values())
+    assert f" {full:g} " in rows["ada"]
+    assert "timed out" in rows["gus"] and "crashed" in rows["fay"]
+    assert not {"*", "bob "} & set(rows)  # ids nbgrader cannot store have no row
