@@ -92,6 +92,7 @@ class Outcome:
     score: float = 0.0
     max_score: float = 0.0
     problem: str = ""  # why the submission could not be recorded, in plain words
+    seed: int | None = None  # of the hidden inputs it was graded on
     skipped: bool = False
     grader_fault: bool = False  # the problem is the grader's, not the submission's
 
@@ -158,11 +159,11 @@ def fingerprint(task: Task, course: Course) -> str:
     return notebook_fingerprint(task.submission, course.source_notebook(task.assignment))
 
 
-def register_all(course: Course) -> None:
-    """Put every assignment in the gradebook, once per source."""
+def register_all(course: Course, names: Collection[str] | None = None) -> None:
+    """Put every assignment (or those `names`) in the gradebook, once per source."""
     use_this_environment()
     api = recording_api(course)
-    for assignment in assignments():
+    for assignment in assignments() if names is None else sorted(names):
         _stop_point()
         records.register(course, api, assignment)
 
@@ -177,7 +178,7 @@ def grade_and_store(
     for task, submission, exercises in zip(tasks, submissions, graded, strict=True):
         path = course.results_file(task.student, task.assignment)
         try:
-            Results(exercises, submission.fingerprint, submission.problem).save(path)
+            Results(exercises, submission.fingerprint, submission.problem, seed).save(path)
         except OSError as error:
             raise GraderFault(f"could not store the result in {path.parent} ({error})") from None
     return submissions
@@ -214,7 +215,7 @@ def record(task: Task, course: Course, api: NbGraderAPI, submission: Submission)
     if problem:
         return Outcome(task, problem=problem)
     results = Results.load(course.results_file(task.student, task.assignment))
-    return Outcome(task, score=results.score, max_score=results.max_score)
+    return Outcome(task, score=results.score, max_score=results.max_score, seed=results.seed)
 
 
 def grade_for_nbgrader(root: Path, student: str, assignment: str, submission: Path) -> None:
@@ -292,19 +293,25 @@ def autograde(
             records.start_new_gradebook(course)
         course.clean_scratch()
         try:
-            register_all(course)
+            handed = discover(submissions)
+            released = records.gradable(course, {t.assignment for t in handed})
+            register_all(course, released)
+            # A regrade of named students draws each notebook's hidden inputs as last time.
+            reproduce = force and bool(students) and seed is None
             seed = fresh_seed() if seed is None else seed
             outcomes, todo = misnamed_folders(submissions), []
-            for task in discover(submissions):
-                if not _wanted(task, students, notebooks):
-                    continue
+            for task in handed:
+                if task.assignment not in released or not _wanted(task, students, notebooks):
+                    continue  # an assignment never released is not graded (records.gradable)
                 stamp = course.stamp(task.student, task.assignment)
                 unchanged = stamp.is_file() and stamp.read_text() == fingerprint(task, course)
                 if unchanged and not force:
                     outcomes.append(Outcome(task, skipped=True))
                 else:
                     todo.append(task)
-            run = _Run(course, recording_api(course), jobs, seed, limits, sandbox)
+            seeds = {t: _recorded_seed(course, t) if reproduce else None for t in todo}
+            seeds = {t: seed if s is None else s for t, s in seeds.items()}
+            run = _Run(course, recording_api(course), jobs, seeds, limits, sandbox)
             bar = BatchProgress(todo) if progress else nullcontext()
             with prestarted(sandbox, course.scratch), records.one_gradebook_session(), bar:
                 outcomes += run.grade_and_record(todo, bar if progress else None)
@@ -314,28 +321,36 @@ def autograde(
             shutil.rmtree(course.scratch, ignore_errors=True)
 
 
+def _recorded_seed(course: Course, task: Task) -> int | None:
+    """The seed `task`'s recorded result was graded with (None: none recorded)."""
+    try:
+        return Results.load(course.results_file(task.student, task.assignment)).seed
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 @dataclass
 class _Run:
     course: Course
     api: NbGraderAPI
     jobs: int | None
-    seed: int
+    seeds: dict[Task, int]  # each task's hidden inputs' seed
     limits: Limits
     sandbox: Sandbox | None
 
     def grade_and_record(self, todo: list[Task], bar: BatchProgress | None) -> list[Outcome]:
         """Grade each student's notebooks in worker threads, record them in this one; on a
         stop, record nothing more and wait for the workers, whose runners are being killed."""
-        by_student: dict[str, list[Task]] = {}
-        for task in todo:
-            by_student.setdefault(task.student, []).append(task)
+        by_student: dict[tuple[str, int], list[Task]] = {}
+        for task in todo:  # a student's notebooks together, each with its seed
+            by_student.setdefault((task.student, self.seeds[task]), []).append(task)
         outcomes = []
         with ThreadPoolExecutor(max_workers=self.jobs or os.cpu_count() or 1) as pool:
             futures = {
                 pool.submit(
-                    grade_and_store, tasks, self.course, self.seed, self.limits, self.sandbox
+                    grade_and_store, tasks, self.course, seed, self.limits, self.sandbox
                 ): tasks
-                for tasks in by_student.values()
+                for (_, seed), tasks in by_student.items()
             }
             for future in as_completed(futures):
                 if RUNNERS.stopping.is_set():

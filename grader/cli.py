@@ -4,6 +4,7 @@ feedback, export, report, demo for instructors; check for students."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import shutil
 import sys
@@ -105,8 +106,10 @@ def _autograde(args: argparse.Namespace) -> int:
     """Exit 0 when every notebook is graded and recorded, 1 when some are not (listed), 2 when
     the run is refused, 128 + N when stopped by signal N."""
     from grader.autograde import Interrupted, autograde, not_handed_in
-    from grader.course import CannotStart, Course
+    from grader.course import CannotStart
     from grader.course.discovery import layout_problem
+    from grader.gradebook.config import open_course
+    from grader.gradebook.records import gradable
 
     _refuse_an_older_config(args.course)
     source = _source(args)
@@ -114,8 +117,10 @@ def _autograde(args: argparse.Namespace) -> int:
     problem = layout_problem(args.submissions, args.course)
     if problem:
         raise UsageError(problem)
+    _refuse_unknown_names(args)
     sandbox, limits = _isolation(args, source)
-    course = Course(args.course, source)
+    course = open_course(args.course, source)
+    _refuse_unreleased(course, args.assignment or ())
     try:
         outcomes = autograde(
             args.submissions,
@@ -138,8 +143,58 @@ def _autograde(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 128 + stop.signum
+    released = gradable(course)
     absent = not_handed_in(args.submissions, args.student or (), args.assignment or ())
-    return _summary(outcomes, course, absent)
+    unreleased = [(o.task, "never released") for o in _handed_in_unreleased(args, released)]
+    _listing("Not released (skipped, nothing recorded):", unreleased)
+    return _summary(outcomes, course, [t for t in absent if t.assignment in released])
+
+
+def _handed_in_unreleased(args: argparse.Namespace, released: list[str]) -> list:
+    from grader.autograde import Outcome, _wanted, discover
+
+    named = (args.student or (), args.assignment or ())
+    return [
+        Outcome(t)
+        for t in discover(args.submissions)
+        if t.assignment not in released and _wanted(t, *named)
+    ]
+
+
+def unknown(kind: str, name: str, known: list[str], where: str) -> str:
+    """One line naming `name`, which is no `kind` of `known`, and the near matches."""
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}?" if close else f"{kind}s: {', '.join(known)}"
+    return f"no {kind} {name!r} {where} ({hint if known else 'there is none'})"
+
+
+def _refuse_unknown_names(args: argparse.Namespace) -> None:
+    """`--student` and `--assignment` must each name one: a typo is refused, never '0 graded'."""
+    from grader.course.config import assignments
+    from grader.course.discovery import student_folders
+
+    students = student_folders(args.submissions)[0]
+    for student in args.student or ():
+        if student not in students:
+            raise UsageError(unknown("student", student, students, f"in {args.submissions}"))
+    for assignment in args.assignment or ():
+        if assignment not in assignments():
+            raise UsageError(unknown("assignment", assignment, assignments(), "in this course"))
+
+
+def _refuse_unreleased(course, named: list[str]) -> None:
+    """In an nbgrader course folder, an assignment named but never released is refused."""
+    from grader.gradebook.config import CONFIG_FILE
+    from grader.gradebook.records import released
+
+    if not (course.root / CONFIG_FILE).is_file():
+        return
+    for assignment in named:
+        if assignment not in released(course):
+            raise UsageError(
+                f"{assignment} is not released in {course.root} (nothing to grade): "
+                f"`nbgrader generate_assignment {assignment}` there releases it"
+            )
 
 
 def _summary(outcomes: list, course, absent: list = ()) -> int:
@@ -153,13 +208,31 @@ def _summary(outcomes: list, course, absent: list = ()) -> int:
     unjudged = [(o.task, why) for o in outcomes if not o.problem and (why := lost(o.task, course))]
     _listing("Scored 0 as listed (the student's doing; their feedback says why):", unjudged)
     _listing("NOT RECORDED (fix the cause, then run again; other grades are kept):", not_recorded)
+    _scores(course, outcomes, unjudged + not_recorded)
     skipped = sum(o.skipped for o in outcomes)
     graded = len(outcomes) - skipped - len(not_recorded)
+    seeds = sorted({o.seed for o in outcomes if o.seed is not None})
+    if seeds:  # recorded with each result, and reused by `--force --student ID`
+        print("Hidden inputs drawn with seed", ", ".join(map(str, seeds)))
     print(
         f"Notebooks: {graded} graded, {skipped} unchanged since the last run (skipped), "
         f"{len(absent)} not handed in, {len(not_recorded)} not recorded."
     )
     return 1 if not_recorded else 0
+
+
+def _scores(course, outcomes: list, failed: list) -> None:
+    """The table of what the gradebook holds for the students of this run."""
+    from grader.course.discovery import why_unstorable
+    from grader.publish.tables import score_table, show
+
+    students = sorted({o.task.student for o in outcomes if not why_unstorable(o.task.student)})
+    if not students:
+        return
+    failures: dict[str, list[str]] = {}
+    for task, reason in failed:
+        failures.setdefault(task.student, []).append(f"{task.assignment}: {reason}")
+    show(score_table(course, students, {s: "; ".join(r) for s, r in failures.items()}))
 
 
 def _listing(title: str, items: list) -> None:
@@ -202,19 +275,24 @@ def _refuse_an_older_config(root: Path) -> None:
 
 
 def _graded_course(root: Path):
-    """The course `grader autograde` made at `root`; anything else is refused, creating nothing."""
-    from grader.course import Course, holds_data
+    """The course `grader autograde` graded at `root`; anything else is refused, creating
+    nothing (no hint here leads to grading into a new folder by accident)."""
+    from grader.course import holds_data
+    from grader.gradebook.config import open_course
     from grader.gradebook.records import gradebook_problem
 
     _refuse_an_older_config(root)
-
-    gradebook = root / "gradebook.db"
-    if not holds_data(gradebook):
+    if not root.is_dir():
         raise UsageError(
-            f"{root} is not a graded course ({gradebook} is missing or empty): "
-            f"run `grader autograde SUBMISSIONS --course {root}` first"
+            f"there is no course folder {root}: name it with --course, or run from the course "
+            "folder (the one holding nbgrader_config.py)"
         )
-    course = Course(root)
+    course = open_course(root)
+    if not holds_data(course.gradebook):
+        raise UsageError(
+            f"{root} is not a graded course ({course.gradebook} is missing or empty): name the "
+            "course folder with --course, or grade its submissions first (`grader autograde`)"
+        )
     problem = gradebook_problem(course)
     if problem:
         raise UsageError(f"{problem}: restore it, or run `grader autograde --force`")
@@ -242,10 +320,69 @@ def _feedback(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from grader.publish.feedback import write_csv
+    """Exit 1 when students of the gradebook are not in the LMS's roster (named, not
+    exported)."""
+    from grader.gradebook.records import released
+    from grader.publish.feedback import export_grades
 
+    if (args.lms != "nbgrader") != (args.roster is not None):
+        raise UsageError("--lms canvas and --lms moodle go with --roster FILE (the LMS's export)")
+    if args.roster is not None:
+        _roster(args.lms, args.roster)
     course = _graded_course(args.course)
-    print("Grades written to", write_csv(course, args.csv))
+    for assignment in args.assignment or ():
+        if assignment not in released(course):
+            raise UsageError(unknown("assignment", assignment, released(course), "graded here"))
+    for student in args.student or ():
+        if student not in _students(course):
+            raise UsageError(unknown("student", student, _students(course), "graded here"))
+    named = (args.student or (), args.assignment or ())
+    unmatched = export_grades(course, args.csv, *named, args.lms, args.roster)
+    if unmatched:
+        print(f"Not in the {args.lms} roster, not exported:", ", ".join(unmatched))
+    print("Grades written to", args.csv)
+    return 1 if unmatched else 0
+
+
+def _roster(lms: str, path: Path):
+    """The LMS's roster file, read (refused in one line when it is not that LMS's export)."""
+    from grader.gradebook.rosters import RosterError, read_roster
+
+    try:
+        return read_roster(lms, path)
+    except RosterError as error:
+        raise UsageError(str(error)) from None
+
+
+def _collect(args: argparse.Namespace) -> int:
+    """Exit 1 when an entry of the download was not collected (each named, with why)."""
+    import zipfile
+
+    from grader.course.config import assignments
+    from grader.gradebook.config import open_course
+    from grader.gradebook.downloads import collect
+
+    if args.assignment not in assignments():
+        raise UsageError(unknown("assignment", args.assignment, assignments(), "in this course"))
+    if not zipfile.is_zipfile(args.download):
+        raise UsageError(f"{args.download} is not a zip file (the LMS's submission download)")
+    roster = _roster(args.lms, args.roster) if args.roster else None
+    done = collect(args.download, args.assignment, open_course(args.course), args.lms, roster)
+    for student, entry in done.students.items():
+        print(f"  {student}: {entry}")
+    if done.skipped:
+        print("NOT COLLECTED (fix the name or the roster, then run again):")
+        print(*(f"  {why}" for why in done.skipped), sep="\n")
+    submitted = Layout.of(args.course).submitted
+    print(f"Collected {len(done.students)} students into {submitted}.")
+    return 1 if done.skipped else 0
+
+
+def _roster_command(args: argparse.Namespace) -> int:
+    from grader.gradebook.rosters import nbgrader_roster, write_csv
+
+    write_csv(args.csv, nbgrader_roster(_roster(args.lms, args.roster)))
+    print(f"nbgrader's roster written to {args.csv}: `nbgrader db student import {args.csv}`")
     return 0
 
 
@@ -263,7 +400,7 @@ def _demo(args: argparse.Namespace) -> int:
     from grader.autograde import autograde
     from grader.course import Course
     from grader.grading.sandbox import available as sandbox_available
-    from grader.publish.feedback import format_table, write_csv, write_feedback
+    from grader.publish.feedback import write_csv, write_feedback
     from grader.release.demo import PROFILES, write_class
 
     source = _source(args)
@@ -277,8 +414,6 @@ def _demo(args: argparse.Namespace) -> int:
     sandbox, limits = _isolation(args, source)
     print(f"Grading a sample class of {len(students)} students ({submissions}) ...")
     outcomes = autograde(submissions, course, args.jobs, None, limits, sandbox)
-    print()
-    print(format_table(course, students))
     print()
     status = _summary(outcomes, course)
     print()
@@ -372,9 +507,37 @@ def _course_option() -> argparse.ArgumentParser:
     return _option(
         "--course",
         type=Path,
-        default=DEFAULT_COURSE,
-        help="grading working dir: gradebook, results, feedback (default: %(default)s)",
+        default=None,
+        help="the course folder: gradebook, results, feedback (default: the current folder "
+        f"when it holds an nbgrader_config.py, as nbgrader finds it; else {DEFAULT_COURSE})",
     )
+
+
+def course_folder(named: Path | None, cwd: Path | None = None) -> Path:
+    """The course folder a command works on: the one named, else the current folder when it
+    holds an nbgrader_config.py (nbgrader's own commands read that one), else DEFAULT_COURSE."""
+    from grader.gradebook.config import CONFIG_FILE
+
+    if named is not None:
+        return named
+    here = cwd or Path.cwd()
+    return Path(".") if (here / CONFIG_FILE).is_file() else DEFAULT_COURSE
+
+
+def _narrowing_options(verb: str) -> argparse.ArgumentParser:
+    """--student and --assignment, each repeatable, for a command that would `verb` them all;
+    a name that is none of them is refused (`unknown`)."""
+    narrowing = argparse.ArgumentParser(add_help=False)
+    narrowing.add_argument(
+        "--student", action="append", metavar="ID", help=f"{verb} only this student (repeatable)"
+    )
+    narrowing.add_argument(
+        "--assignment",
+        action="append",
+        metavar="NAME",
+        help=f"{verb} only this assignment (repeatable; default: every released one)",
+    )
+    return narrowing
 
 
 def _command(
@@ -423,7 +586,7 @@ def build_parser() -> argparse.ArgumentParser:
         commands,
         "autograde",
         _autograde,
-        parents=[_course_option(), _grading_options(EXERCISE_SECONDS)],
+        parents=[_course_option(), _grading_options(EXERCISE_SECONDS), _narrowing_options("grade")],
         help="grade every student × notebook under SUBMISSIONS into nbgrader's gradebook",
         description="SUBMISSIONS holds <student>/<assignment>/<assignment>.ipynb. Re-running "
         "skips submissions already graded and unchanged; a broken notebook is reported for its "
@@ -445,15 +608,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="grade again even what is unchanged since it was recorded (and, if the gradebook "
         "was lost, grade everything into a new one)",
     )
-    autograde.add_argument(
-        "--student", action="append", metavar="ID", help="grade only this student (repeatable)"
-    )
-    autograde.add_argument(
-        "--assignment",
-        action="append",
-        metavar="NAME",
-        help="grade only this notebook (repeatable)",
-    )
 
     _command(
         commands,
@@ -471,15 +625,70 @@ def build_parser() -> argparse.ArgumentParser:
         commands,
         "export",
         _export,
-        parents=[_course_option()],
+        parents=[_course_option(), _narrowing_options("export")],
         help="a grades CSV an LMS can import",
-        description="One row per student of nbgrader's roster (student_id, last_name, "
-        "first_name, email), one column per assignment headed with its points, e.g. "
-        "'01_layer_norm (19 pts)', and the total; an assignment not handed in scores 0. The "
-        "same as `nbgrader export --exporter grader.gradebook.lms.LmsCsvExport`.",
+        description="Every released assignment. By default, one row per student of nbgrader's "
+        "roster (student_id, last_name, first_name, email), one column per assignment headed "
+        "'<assignment> (<points> pts)', and the total; an assignment not handed in scores 0 "
+        "(`nbgrader export --exporter grader.gradebook.lms.LmsCsvExport`). With --lms canvas "
+        "or moodle, the file that LMS's grade import reads, one row per student of its roster "
+        "(--roster); exit 1 naming the graded students the roster lacks.",
     )
     export.add_argument(
         "--csv", type=Path, default=Path("grades.csv"), help="where to write (default: %(default)s)"
+    )
+    export.add_argument(
+        "--lms",
+        choices=["nbgrader", "canvas", "moodle"],
+        default="nbgrader",
+        help="the file's format: nbgrader's roster and columns (default), or the named LMS's "
+        "grade import, for the students of its own roster (--roster)",
+    )
+    export.add_argument(
+        "--roster",
+        type=Path,
+        metavar="FILE",
+        help="the LMS's gradebook export (Canvas: Grades → Export; Moodle: Grades → Export → "
+        "Plain text file): its students, ids and columns",
+    )
+
+    collect = _command(
+        commands,
+        "collect",
+        _collect,
+        parents=[_course_option()],
+        help="an LMS's submission download into the course's submitted/",
+        description="Each student's latest submission of ASSIGNMENT in DOWNLOAD (the zip "
+        "Canvas's or Moodle's 'Download submissions' gives, wherever it is), by the names the "
+        "LMS gives: resubmissions, late markers (timestamped one second after the due date), "
+        "Moodle's folders. Ids come from the roster (--roster) or the LMS's own ids; a name "
+        "that matches nothing, an unsafe entry or an id nbgrader cannot store is listed and "
+        "skipped for its student only (exit 1).",
+    )
+    collect.add_argument("assignment", metavar="ASSIGNMENT")
+    collect.add_argument("download", type=Path, metavar="DOWNLOAD", help="the LMS's zip")
+    collect.add_argument("--lms", choices=["canvas", "moodle"], required=True)
+    collect.add_argument(
+        "--roster", type=Path, metavar="FILE", help="the LMS's gradebook export (its ids)"
+    )
+
+    roster = _command(
+        commands,
+        "roster",
+        _roster_command,
+        help="an LMS's roster as the CSV `nbgrader db student import` reads",
+        description="Reads the LMS's gradebook export (Canvas's or Moodle's) and writes its "
+        "students (nbgrader id, first and last name, email) for `nbgrader db student import`. "
+        "The nbgrader id is Canvas's SIS Login ID (else its user ID), Moodle's ID number "
+        "(else the email address).",
+    )
+    roster.add_argument("lms", choices=["canvas", "moodle"])
+    roster.add_argument("roster", type=Path, metavar="FILE", help="the LMS's gradebook export")
+    roster.add_argument(
+        "--csv",
+        type=Path,
+        default=Path("students.csv"),
+        help="where to write (default: %(default)s)",
     )
 
     report = _command(
@@ -521,11 +730,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from grader.gradebook.config import CourseConfigError
+
     args = build_parser().parse_args(argv)
     warnings.filterwarnings("ignore", module="nbgrader")  # SQLAlchemy chatter from nbgrader's ORM
+    if "course" in args and args.command != "init":
+        args.course = course_folder(args.course)
     try:
         return args.run(args)
-    except UsageError as error:
+    except (UsageError, CourseConfigError) as error:
         print(f"grader {args.command}: error: {error}", file=sys.stderr)
         return 2
 

@@ -4,8 +4,10 @@ runs, and every autograde run ending with what was not graded in full."""
 from __future__ import annotations
 
 import contextlib
+import datetime
 import io
 import itertools
+import json
 import shutil
 import subprocess
 import sys
@@ -15,19 +17,25 @@ import pytest
 from nbgrader.api import Gradebook
 
 from grader.autograde import discover, misnamed_folders
-from grader.cli import DEFAULT_COURSE, build_parser, main
-from grader.course import Course, notebook_path
+from grader.cli import build_parser, main
+from grader.course import Course, Layout, notebook_path
 from grader.course.config import DEMO_EXERCISE_SECONDS, RELEASE, REPO, assignments
 from grader.course.discovery import why_unstorable
 from grader.course.intake import exercises_of, source_notebook
 from grader.grading.grade import DEFAULT_LIMITS
+from grader.grading.sandbox import available as sandbox_available
 from grader.release.demo import PROFILES, expected_scores, write_class
 
 SECONDS = f"{DEFAULT_LIMITS.wall_seconds:g}"
 # (command and its required arguments, option's dest, default from its one source of truth,
 # how its help words that default; None for a switch, which says what it does instead)
 DEFAULTS = [
-    (["autograde", "SUB"], "course", DEFAULT_COURSE, str(DEFAULT_COURSE)),
+    (
+        ["autograde", "SUB"],
+        "course",
+        None,
+        "the current folder when it holds an nbgrader_config.py",
+    ),
     (["autograde", "SUB"], "timeout", DEFAULT_LIMITS.wall_seconds, SECONDS),
     (["autograde", "SUB"], "jobs", None, "one per core"),
     (["autograde", "SUB"], "seed", None, "random"),
@@ -35,8 +43,8 @@ DEFAULTS = [
     (["autograde"], "submissions", None, "the course's own submitted/"),
     (["init", "COURSE"], "source", None, "the course folder's source/ if it has one"),
     (["autograde", "SUB"], "unsafe_no_sandbox", False, None),
-    (["feedback"], "course", DEFAULT_COURSE, str(DEFAULT_COURSE)),
-    (["export"], "course", DEFAULT_COURSE, str(DEFAULT_COURSE)),
+    (["feedback"], "course", None, "the current folder when it holds an nbgrader_config.py"),
+    (["export"], "course", None, "the current folder when it holds an nbgrader_config.py"),
     (["export"], "csv", Path("grades.csv"), "grades.csv"),
     (["demo"], "timeout", DEMO_EXERCISE_SECONDS, f"{DEMO_EXERCISE_SECONDS:g}"),
     (["demo"], "jobs", None, "one per core"),
@@ -182,8 +190,28 @@ def test_feedback_and_export_refuse_a_folder_that_is_not_a_graded_course(
     (tmp_path / "empty-gradebook" / "gradebook.db").touch()
     before = sorted(tmp_path.rglob("*"))
     error = refusal_line([command, "--course", course], capsys)
-    assert f"{course} is not a graded course" in error
+    said = "there is no course folder" if course == "TYPO" else "is not a graded course"
+    assert f"{said} {course}" in error if course == "TYPO" else f"{course} {said}" in error
+    assert "autograde SUBMISSIONS" not in error  # no hint that would grade into a new folder
     assert sorted(tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("command", ["feedback", "export", "report"])
+def test_run_from_inside_the_course_folder_the_course_is_found_there(
+    command, tmp_path, capsys, monkeypatch
+):
+    """As nbgrader finds it: the current folder's nbgrader_config.py names it the course."""
+    course = tmp_path / "course"
+    assert main(["init", str(course)]) == 0
+    monkeypatch.chdir(course)
+    capsys.readouterr()
+    error = refusal_line([command], capsys)
+    assert error.endswith(
+        ". is not a graded course (" + str(course / "gradebook.db") + " is "
+        "missing or empty): name the course folder with --course, or grade its "
+        "submissions first (`grader autograde`)"
+    )
+    assert not (course / "course").exists()
 
 
 def test_without_a_sandbox_autograde_refuses_in_one_line_creating_nothing(
@@ -368,3 +396,152 @@ def test_an_id_that_would_be_markup_or_a_formula_is_refused(student):
 @pytest.mark.parametrize("student", ["ada", "a.lovelace", "s1234567", "jane_doe", "ada-l", "王芳"])
 def test_an_ordinary_id_is_kept(student):
     assert why_unstorable(student) == ""
+
+
+@pytest.mark.parametrize(
+    ("option", "typed", "said"),
+    [
+        ("--student", "adaa", "no student 'adaa' in SUB (did you mean ada?)"),
+        (
+            "--assignment",
+            "01_layernorm",
+            f"no assignment '01_layernorm' in this course (did you mean {ASSIGNMENT}?)",
+        ),
+        ("--student", "zed", "no student 'zed' in SUB (students: ada)"),
+    ],
+)
+def test_an_unknown_student_or_assignment_is_named_with_its_near_matches(
+    option, typed, said, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    make(tmp_path / "SUB", f"ada/{ASSIGNMENT}/{NOTEBOOK}")
+    before = sorted(tmp_path.rglob("*"))
+    argv = ["autograde", "SUB", "--course", "c", option, typed, "--unsafe-no-sandbox"]
+    assert refusal_line(argv, capsys) == f"grader autograde: error: {said}"
+    assert sorted(tmp_path.rglob("*")) == before  # no course made
+
+
+@pytest.fixture(scope="module")
+def one_released(tmp_path_factory):
+    """An nbgrader course folder where only the first assignment was released (generated),
+    and ada handed in the first two: `grader autograde` run from inside it, no --course."""
+    root = tmp_path_factory.mktemp("one-released")
+    course = root / "course"
+    assert main(["init", str(course)]) == 0
+    release = notebook_path(Layout.of(course).release, ASSIGNMENT)
+    release.parent.mkdir(parents=True)
+    shutil.copy(notebook_path(RELEASE, ASSIGNMENT), release)  # as generate_assignment leaves it
+    write_class(root / "SUB", {"ada": PROFILES["ada"]})
+    for assignment in assignments()[:2]:
+        shutil.copytree(
+            root / "SUB" / "ada" / assignment, course / "submitted" / "ada" / assignment
+        )
+    capture = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(capture):
+        patch.chdir(course)
+        status = main(["autograde", "--jobs", "1", "--seed", "1", "--unsafe-no-sandbox"])
+    return course, status, capture.getvalue()
+
+
+def test_an_assignment_never_released_is_not_graded_exported_or_totalled(one_released, capsys):
+    course, status, output = one_released
+    assert status == 0, output
+    assert listed(output, "Not released") == {("ada", assignments()[1]): "never released"}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        assert [a.name for a in gradebook.assignments] == [ASSIGNMENT]
+    assert main(["export", "--course", str(course), "--csv", str(course / "g.csv")]) == 0
+    header = (course / "g.csv").read_text().splitlines()[0].split(",")
+    points = sum(expected_scores({"ada": PROFILES["ada"]})[("ada", ASSIGNMENT)].values())
+    assert [h.split(" (")[0] for h in header[4:]] == [ASSIGNMENT, "total"]
+    assert header[4].removeprefix(ASSIGNMENT) == header[5].removeprefix("total")
+    assert points > 0
+    argv = ["autograde", "--course", str(course), "--assignment", assignments()[1]]
+    capsys.readouterr()
+    error = refusal_line([*argv, "--unsafe-no-sandbox"], capsys)
+    assert f"{assignments()[1]} is not released in {course}" in error
+
+
+NBGRADER = str(Path(sys.executable).parent / "nbgrader")
+LATE = "2026-01-02 00:00:00.000000 UTC"  # a day after the due date below
+
+
+@pytest.mark.skipif(not sandbox_available(), reason="nbgrader's autograde grades in the sandbox")
+def test_every_command_grades_with_the_courses_own_nbgrader_config(tmp_path):
+    """A late penalty set in the course's nbgrader_config.py, and an extension in its
+    gradebook: `nbgrader autograde` (formgrader's Autograde runs the same app) and `grader
+    autograde` record the same grades, whichever ran last."""
+    course = tmp_path / "course"
+    assert main(["init", str(course)]) == 0
+    with (course / "nbgrader_config.py").open("a") as config:
+        config.write('c.LateSubmissionPlugin.penalty_method = "zero"\n')
+    write_class(tmp_path / "SUB", {"ada": PROFILES["ada"]})
+    for student in ("dave", "eve"):  # both late; eve has three days more
+        handed = course / "submitted" / student / ASSIGNMENT
+        shutil.copytree(tmp_path / "SUB" / "ada" / ASSIGNMENT, handed)
+        (handed / "timestamp.txt").write_text(LATE)
+    nbgrader(course, "generate_assignment", ASSIGNMENT)
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        gradebook.update_or_create_assignment(ASSIGNMENT, duedate=datetime.datetime(2026, 1, 1))
+        for student in ("dave", "eve"):
+            gradebook.update_or_create_student(student)
+            gradebook.update_or_create_submission(ASSIGNMENT, student)
+        gradebook.grant_extension(ASSIGNMENT, "eve", days=3)
+
+    nbgrader(course, "autograde", ASSIGNMENT, "--force")
+    by_nbgrader = late_grades(course)
+    grader_argv = ["autograde", "--course", str(course), "--force", "--jobs", "1"]
+    assert main([*grader_argv, "--unsafe-no-sandbox"]) == 0
+    assert late_grades(course) == by_nbgrader
+    nbgrader(course, "autograde", ASSIGNMENT, "--force")
+    assert late_grades(course) == by_nbgrader
+    full = sum(expected_scores({"ada": PROFILES["ada"]})[("ada", ASSIGNMENT)].values())
+    assert by_nbgrader == {"dave": (full, full), "eve": (full, 0.0)}
+
+
+def nbgrader(course: Path, *argv: str) -> None:
+    """An nbgrader command run as the instructor runs it: from the course folder."""
+    done = subprocess.run([NBGRADER, *argv], cwd=course, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def late_grades(course: Path) -> dict[str, tuple[float, float]]:
+    """Each student's recorded (score, late penalty)."""
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        return {
+            s.student.id: (s.score, s.late_submission_penalty or 0.0)
+            for s in gradebook.find_assignment(ASSIGNMENT).submissions
+        }
+
+
+def test_a_regrade_of_a_student_draws_the_hidden_inputs_of_their_recorded_grade(
+    tmp_path, monkeypatch
+):
+    """The seed of each run is recorded with its results and shown; `--force --student X`
+    grades X again on the same hidden inputs, to the very same result."""
+    write_class(tmp_path / "SUB", {"ivy": PROFILES["ivy"]})  # a mistake the hidden checks see
+    monkeypatch.chdir(tmp_path)
+    argv = ["autograde", "SUB", "--course", "c", "--assignment", ASSIGNMENT, "--jobs", "1"]
+    argv += ["--unsafe-no-sandbox"]
+    results = tmp_path / "c" / "results" / "ivy" / f"{ASSIGNMENT}.json"
+
+    def run(*options: str) -> tuple[str, str]:
+        capture = io.StringIO()
+        with contextlib.redirect_stdout(capture):
+            assert main([*argv, *options]) == 0
+        return capture.getvalue(), results.read_text()
+
+    output, first = run()
+    seed = json.loads(first)["seed"]
+    assert f"Hidden inputs drawn with seed {seed}\n" in output
+    assert run("--force", "--student", "ivy")[1] == first
+    assert json.loads(run("--force")[1])["seed"] != seed  # a new run draws afresh
+
+
+def test_the_run_ends_with_a_score_table_of_points_and_what_failed(class_run):
+    _, _, output = class_run
+    table = output.split("Scores recorded in the gradebook", 1)[1]
+    rows = {line.split("│")[1].strip(): line for line in table.splitlines() if "│" in line}
+    full = sum(sum(e.values()) for e in expected_scores({"ada": PROFILES["ada"]}).values())
+    assert f" {full:g} " in rows["ada"]
+    assert "timed out" in rows["gus"] and "crashed" in rows["fay"]
+    assert not {"*", "bob "} & set(rows)  # ids nbgrader cannot store have no row

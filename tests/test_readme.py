@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import csv
 import html
+import os
 import re
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -26,8 +28,10 @@ import pytest
 from grader.cli import build_parser
 from grader.course import Layout, fetched_feedback, notebook_path
 from grader.course.config import REPO, assignments
+from grader.course.intake import exercises_of, source_notebook
 from grader.grading.sandbox import available
 from grader.release.demo import PROFILES, expected_scores, write_class
+from grader.release.notebooks import student_wheel
 
 GRADER = ".venv/bin/grader"
 FROM_COURSE = "../.venv/bin/"  # the nbgrader course walk runs in the course folder
@@ -39,6 +43,10 @@ CHECKED = {
     "cd",
     f"{FROM_COURSE}grader",
     f"{FROM_COURSE}nbgrader",
+    "python3.11",  # the students' route: a venv of their own
+    "normcourse/bin/pip",
+    "normcourse/bin/jupyter",
+    "normcourse/bin/python",
 }
 MAKEFILE = (REPO / "Makefile").read_text()
 ENVIRONMENT = (REPO / "environment.yml").read_text()
@@ -189,3 +197,44 @@ def test_the_nbgrader_course_walk_runs_as_written_in_order(tmp_path):
     assert [float(v) for k, v in row.items() if k.startswith(f"{assignment} (")] == [score]
     report = html.unescape((cwd / "reports" / f"{assignment}.html").read_text())
     assert re.search(rf"<li>1 × [^<]*{DIAGNOSED}", report)
+
+
+STUDENT = readme_commands(section("## For students"))
+EXERCISE = exercises_of(source_notebook(assignments()[0]))[0]
+CPU_INDEX = ["--extra-index-url", "https://download.pytorch.org/whl/cpu"]
+
+
+def test_the_csv_header_example_has_the_assignments_real_points():
+    """README's `01_layer_norm (N pts)`: the points of its graded cells, written ones included."""
+    assignment = assignments()[0]
+    notebook = nbformat.read(notebook_path(REPO / "notebooks", assignment), as_version=4)
+    points = sum(c.metadata.get("nbgrader", {}).get("points", 0) for c in notebook.cells)
+    assert f"`{assignment} ({points:g} pts)`" in (REPO / "README.md").read_text()
+
+
+@pytest.mark.skipif(not (REPO / "solutions").is_dir(), reason="the wheel is built from a checkout")
+def test_the_students_route_runs_as_written_from_only_what_it_installs(tmp_path):
+    """The students' commands, in a folder holding only the students' wheel and a notebook as
+    handed out: a venv without this one's packages, the wheel and JupyterLab installed into
+    it (torch from pip's own configuration: PyTorch's CPU index is not reachable here), and
+    the terminal check of the untouched notebook, which says every exercise is still to do."""
+    wheel = student_wheel(tmp_path)
+    assignment = assignments()[0]
+    handed_out = notebook_path(tmp_path, assignment)
+    handed_out.parent.mkdir()
+    shutil.copy(notebook_path(REPO / "notebooks", assignment), handed_out)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    assert [argv[0] for argv in STUDENT[:4]] == [
+        "python3.11", "normcourse/bin/pip", "normcourse/bin/jupyter", "normcourse/bin/python"
+    ]  # fmt: skip
+    venv, install, lab, check = STUDENT[:4]
+    assert wheel.name in install and "jupyterlab" in install
+    assert install[2:4] == CPU_INDEX
+    for argv in (venv, [*install[:2], *install[4:]]):
+        done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, (argv, done.stderr[-2000:])
+    assert os.access(tmp_path / lab[0], os.X_OK) and lab[1:] == ["lab"]
+    done = subprocess.run(check, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 1, done.stdout + done.stderr[-2000:]
+    assert f"`{EXERCISE}` is not implemented yet" in done.stdout
+    assert "Still to fix:" in done.stdout

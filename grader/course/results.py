@@ -42,6 +42,7 @@ class Results:
     exercises: list[ExerciseResult]
     fingerprint: str = ""  # of the submission and the source it was graded against
     problem: str = ""  # why the notebook could not be read ("" when it was)
+    seed: int | None = None  # of the hidden inputs it was graded on: a regrade reuses it
 
     @property
     def score(self) -> float:
@@ -66,7 +67,8 @@ class Results:
             )
             for e in stored["exercises"]
         ]
-        return cls(exercises, stored.get("fingerprint", ""), stored.get("problem", ""))
+        fields = stored.get("fingerprint", ""), stored.get("problem", ""), stored.get("seed")
+        return cls(exercises, *fields)
 
 
 def results_file(results: Path, student: str, assignment: str) -> Path:

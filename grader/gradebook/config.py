@@ -1,8 +1,16 @@
 """nbgrader's settings for a course: what every nbgrader command run in it reads (`grader init`
-writes an nbgrader_config.py that loads them), and the API `grader autograde` records with."""
+writes an nbgrader_config.py that loads them), and the API `grader autograde` records with.
+
+`nbgrader_config` is the course's defaults; `course_config_of` is what nbgrader's own commands
+run in the course folder see: those defaults, then the nbgrader_config.py files nbgrader loads
+(Jupyter's config folders, then the course folder's own), so that whatever the instructor sets
+there (late penalties, course_id, db_url, the exchange...) every `grader` command honours too."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from jupyter_core.paths import jupyter_config_path
 from nbconvert.preprocessors import ClearMetadataPreprocessor
 from nbgrader.apps import NbGraderAPI
 from nbgrader.preprocessors import (
@@ -13,6 +21,7 @@ from nbgrader.preprocessors import (
     SaveAutoGrades,
 )
 from traitlets.config import Config
+from traitlets.config.loader import ConfigFileNotFound, PyFileConfigLoader
 
 from grader.course import Course
 from grader.course.config import course_config
@@ -48,15 +57,65 @@ def nbgrader_config(course: Course) -> Config:
     return config
 
 
+CONFIG_FILE = "nbgrader_config.py"
+
+
+class CourseConfigError(RuntimeError):
+    """A course's nbgrader_config.py cannot be loaded: nothing was done."""
+
+
+def course_config_of(course: Course) -> Config:
+    """nbgrader's settings in `course` as its own commands read them there: the course's
+    defaults, overridden by each nbgrader_config.py nbgrader loads, the course folder's last
+    (it wins). What `grader` needs to grade through the course's checks stays ours: the
+    course folder, the source it grades against and, while recording, the preprocessors
+    (see `recording_api`)."""
+    config = nbgrader_config(course)
+    for folder in [*reversed(jupyter_config_path()), str(course.root)]:
+        config.merge(_config_file(folder))
+    config.CourseDirectory.root = str(course.root)
+    config.CourseDirectory.source_directory = str(course.source)
+    return config
+
+
+def _config_file(folder: str) -> Config:
+    """`folder`'s nbgrader_config.py, loaded as nbgrader loads it (empty when there is none)."""
+    try:
+        return PyFileConfigLoader(CONFIG_FILE, path=folder).load_config()
+    except ConfigFileNotFound:
+        return Config()
+    except Exception as error:  # the instructor's code: any error is theirs to fix
+        why = f"{type(error).__name__}: {error}"
+        raise CourseConfigError(f"{folder}/{CONFIG_FILE} cannot be loaded: {why}") from None
+
+
 def gradebook_url(course: Course) -> str:
     """The gradebook's database, as nbgrader's commands in the course open it."""
-    return nbgrader_config(course).CourseDirectory.db_url
+    return course_config_of(course).CourseDirectory.db_url
+
+
+def open_course(root: Path, source: Path | None = None) -> Course:
+    """The course at `root`, with the gradebook its nbgrader configuration names (a `db_url`
+    set in its nbgrader_config.py is honoured; one that is not a SQLite file is refused)."""
+    course = Course(root, source)
+    url = gradebook_url(course)
+    if not url.startswith(SQLITE):
+        raise CourseConfigError(f"{root}'s db_url {url!r} is not a SQLite file ({SQLITE}PATH)")
+    course.gradebook = (course.root / url.removeprefix(SQLITE)).resolve()
+    return course
+
+
+SQLITE = "sqlite:///"
 
 
 def recording_api(course: Course) -> NbGraderAPI:
-    """nbgrader for `grader autograde`'s recording: it reads the staged copies, and the
-    results just graded are the submission's own."""
-    config = nbgrader_config(course)
+    """nbgrader for `grader autograde`'s recording, configured as the course is: it reads the
+    staged copies, records through our preprocessors, and the results just graded are the
+    submission's own."""
+    config = course_config_of(course)
+    ours = nbgrader_config(course)
+    config.Autograde.autograde_preprocessors = ours.Autograde.autograde_preprocessors
+    config.InjectResults = ours.InjectResults
     config.CourseDirectory.submitted_directory = str(course.staged)
     config.InjectResults.graded_now = True
     return NbGraderAPI(config=config)

@@ -17,5 +17,5 @@ use_this_environment()  # nbgrader runs `alembic` by name: this environment's, u
 course = Path(__file__).resolve().parent
 c = get_config()  # noqa: F821 (injected by traitlets)
 c.merge(nbgrader_config(Course(course, Layout.of(course).source)))  # answer key: its source/
-# Where students fetch and submit (nbgrader's default: /srv/nbgrader/exchange):
-# c.Exchange.root = "/srv/nbgrader/exchange"
+# Where students fetch and submit (nbgrader 0.9.6's default: /usr/local/share/nbgrader/exchange):
+# c.Exchange.root = "/usr/local/share/nbgrader/exchange"

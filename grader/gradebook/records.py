@@ -14,7 +14,7 @@ import os
 import shutil
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path, PurePath
 
@@ -23,8 +23,10 @@ from nbgrader.api import Gradebook, MissingEntry, SubmittedNotebook
 from nbgrader.apps import NbGraderAPI
 
 from grader.course import EXCHANGE_FILES, Course, exercise_of_test, holds_data, write_atomically
+from grader.course.config import assignments
 from grader.course.intake import Submission, make_inert, read_notebook
 from grader.course.untrusted import read_below
+from grader.gradebook.config import CONFIG_FILE
 
 
 def register(course: Course, api: NbGraderAPI, assignment: str) -> None:
@@ -164,6 +166,36 @@ def gradebook_problem(course: Course) -> str:
         example = f"{lost[0].parent.name}/{lost[0].stem}"
         return f"{course.gradebook} lacks {len(lost)} of the {graded} (e.g. {example})"
     return ""
+
+
+def released(course: Course) -> list[str]:
+    """The assignments nbgrader counts as released in `course`: generated into its release/
+    folder (`nbgrader generate_assignment`), or in its gradebook."""
+    return [
+        a
+        for a in assignments()
+        if course.released_notebook(a).is_file() or a in _registered(course)
+    ]
+
+
+def gradable(course: Course, handed_in: Collection[str] = ()) -> list[str]:
+    """The assignments `grader autograde` grades, exports and totals: in an nbgrader course
+    folder (one with an nbgrader_config.py), those released there, never another; in a grading
+    folder of its own, also those `handed_in`, which it releases itself."""
+    found = set(released(course))
+    if not (course.root / CONFIG_FILE).is_file():
+        found |= set(handed_in)
+    return [a for a in assignments() if a in found]
+
+
+def _registered(course: Course) -> set[str]:
+    if not holds_data(course.gradebook):  # nbgrader would create it
+        return set()
+    try:
+        with closing(sqlite3.connect(f"file:{course.gradebook}?mode=ro", uri=True)) as db:
+            return {name for (name,) in db.execute("SELECT name FROM assignment")}
+    except sqlite3.DatabaseError:
+        return set()  # gradebook_problem says what is wrong with it
 
 
 def start_new_gradebook(course: Course) -> None:

@@ -29,19 +29,21 @@ from grader.course import EXCHANGE_FILES, Course, grade_id, nbgrader_metadata
 from grader.course.config import assignments
 from grader.course.progress import Progress
 from grader.gradebook.config import gradebook_url
-from grader.gradebook.lms import LmsCsvExport
+from grader.gradebook.lms import EXPORTS
 from grader.gradebook.records import cell_grades
 
 HIDDEN_REGION = re.compile(r"BEGIN HIDDEN TESTS|END HIDDEN TESTS|grade\(")
 
 
 def scores(course: Course, students: list[str]) -> dict[str, dict[str, float]]:
-    """Each student's score per assignment, as nbgrader's gradebook records it (0 if absent)."""
+    """Each student's score per assignment of the gradebook (the released ones), as nbgrader
+    records it (0 if absent)."""
     table: dict[str, dict[str, float]] = {}
     with Gradebook(gradebook_url(course)) as gradebook:
+        names = [a.name for a in gradebook.assignments]
         for student in students:
             row = {}
-            for assignment in assignments():
+            for assignment in names:
                 try:
                     row[assignment] = gradebook.find_submission(assignment, student).score
                 except MissingEntry:
@@ -51,16 +53,36 @@ def scores(course: Course, students: list[str]) -> dict[str, dict[str, float]]:
 
 
 def max_scores(course: Course) -> dict[str, float]:
+    """The points of each assignment of the gradebook."""
     with Gradebook(gradebook_url(course)) as gradebook:
-        return {a: gradebook.find_assignment(a).max_score for a in assignments()}
+        return {a.name: a.max_score for a in gradebook.assignments}
 
 
 def write_csv(course: Course, path: Path, students: list[str] = ()) -> Path:
-    """The gradebook as an LMS imports it (`grader.gradebook.lms.LmsCsvExport`): every student of
-    the roster, or only `students`."""
-    with Gradebook(gradebook_url(course)) as gradebook:
-        LmsCsvExport(to=str(path), student=list(students)).export(gradebook)
+    """The gradebook as nbgrader's roster has it (`export_grades`): every student, or only
+    `students`."""
+    export_grades(course, path, students)
     return path
+
+
+def export_grades(
+    course: Course,
+    path: Path,
+    students: list[str] = (),
+    assignments: list[str] = (),
+    lms: str = "nbgrader",
+    roster: Path | None = None,
+) -> list[str]:
+    """The gradebook as an LMS imports it (`grader.gradebook.lms.EXPORTS[lms]`): every
+    student of the roster (nbgrader's, or the LMS's own `roster` file), or only `students`;
+    every released assignment, or only `assignments`. Returns the gradebook's students left
+    out because the LMS's roster lacks them."""
+    export = EXPORTS[lms](to=str(path), student=list(students), assignment=list(assignments))
+    if roster is not None:
+        export.roster = str(roster)
+    with Gradebook(gradebook_url(course)) as gradebook:
+        export.export(gradebook)
+    return getattr(export, "unmatched", [])
 
 
 @dataclass(frozen=True)
@@ -247,15 +269,3 @@ def _replace(path: Path, data: bytes) -> None:
 
 def leaks_hidden_tests(html: str) -> bool:
     return bool(HIDDEN_REGION.search(html))
-
-
-def format_table(course: Course, students: list[str]) -> str:
-    table, maxima = scores(course, students), max_scores(course)
-    names = assignments()
-    width = max(len(s) for s in students) + 2
-    head = "student".ljust(width) + "".join(f"{a[:16]:>18}" for a in names) + f"{'total':>10}"
-    lines = [head, "-" * len(head)]
-    for student, row in table.items():
-        cells = "".join(f"{row[a]:>10g} / {maxima[a]:<5g}" for a in names)
-        lines.append(student.ljust(width) + cells + f"{sum(row.values()):>10g}")
-    return "\n".join(lines)

@@ -1,0 +1,136 @@
+"""An LMS's roster, as the LMS exports it, read as nbgrader ids; and CSV files whose cells a
+spreadsheet shows as text, never runs.
+
+- Canvas: the gradebook's CSV export (Grades → Export → Export Entire Gradebook): ``Student``
+  ("Last, First"), ``ID`` (Canvas's user id, the one its submission downloads name),
+  ``SIS User ID``, ``SIS Login ID``, ``Section``, then one column per assignment headed
+  ``Name (Canvas id)``, and a ``Points Possible`` row. A student's nbgrader id is their SIS
+  Login ID, or their Canvas ID when it is empty.
+- Moodle: the gradebook's "Plain text file" export (Grades → Export): ``First name``,
+  ``Last name``, ``ID number``, ``Institution``, ``Department``, ``Email address``, then one
+  column per grade item headed ``Type: Name (Real)``. A student's nbgrader id is their ID
+  number, or their email address when it is empty.
+
+`grader roster` writes a roster as the CSV `nbgrader db student import` reads.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+# A cell starting with one of these is a formula (or becomes one) when a spreadsheet opens the
+# file: such a cell is written with a leading ' (OWASP's "CSV injection" advice).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+CANVAS_IDENTITY = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+CANVAS_POINTS_ROW = "Points Possible"
+CANVAS_TEST_STUDENT = "Student, Test"  # the student view's user, in every Canvas export
+MOODLE_IDENTITY = ["First name", "Last name", "ID number", "Email address"]
+NBGRADER_ROSTER = ["id", "first_name", "last_name", "email"]  # `nbgrader db student import`
+LMSS = ("canvas", "moodle")
+
+
+def inert(cell: object) -> str:
+    """`cell` as text a spreadsheet shows as it is: a would-be formula gets a leading '."""
+    text = str(cell)
+    return f"'{text}" if text.startswith(FORMULA_STARTS) else text
+
+
+def write_csv(dest: Path, rows: Iterable[list]) -> None:
+    """`rows` as a CSV file, every cell inert."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with dest.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        for row in rows:
+            writer.writerow([inert(cell) for cell in row])
+
+
+class RosterError(ValueError):
+    """A roster file that is not the LMS's export: one line saying what is wrong."""
+
+
+@dataclass(frozen=True)
+class Member:
+    """One student of an LMS's roster."""
+
+    nbgrader_id: str
+    lms_id: str  # Canvas's user id; Moodle's ID number or email
+    first_name: str
+    last_name: str
+    email: str
+    columns: dict[str, str]  # the roster's identity columns, to be written back unchanged
+
+    @property
+    def full_name(self) -> str:
+        """As Moodle names a student in its submission downloads."""
+        return f"{self.first_name} {self.last_name}"
+
+
+@dataclass(frozen=True)
+class Roster:
+    lms: str
+    header: list[str]
+    members: list[Member]
+
+    def column_of(self, assignment: str) -> str:
+        """The LMS's own column for `assignment` (Canvas: ``name (id)``; Moodle: ``Type: name
+        (Real)``), or its bare name, which the LMS's import takes as a new assignment."""
+        shape = (
+            rf"{re.escape(assignment)} \(\d+\)"
+            if self.lms == "canvas"
+            else rf"[^:]+: {re.escape(assignment)} \([^)]*\)"
+        )
+        return next((h for h in self.header if re.fullmatch(shape, h)), assignment)
+
+    def by_nbgrader_id(self) -> dict[str, Member]:
+        return {m.nbgrader_id: m for m in self.members}
+
+
+def read_roster(lms: str, path: Path) -> Roster:
+    """The roster `path` as `lms` exports it; raises RosterError."""
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as handle:  # Excel's BOM
+            reader = csv.DictReader(handle)
+            rows = list(reader)
+            header = [h.strip() for h in reader.fieldnames or []]
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise RosterError(f"cannot read the {lms} roster {path}: {error}") from None
+    identity = CANVAS_IDENTITY if lms == "canvas" else MOODLE_IDENTITY
+    lacking = [c for c in identity if c not in header]
+    if lacking:
+        raise RosterError(
+            f"{path} is not {lms.capitalize()}'s gradebook export: it lacks the column"
+            f"{'s' if len(lacking) > 1 else ''} {', '.join(lacking)}"
+        )
+    rows = [{k.strip(): v or "" for k, v in row.items() if k} for row in rows]
+    read = _canvas_member if lms == "canvas" else _moodle_member
+    members = [m for row in rows if (m := read(row)) is not None]
+    return Roster(lms, header, members)
+
+
+def _canvas_member(row: dict[str, str]) -> Member | None:
+    if not row["ID"].strip() or row["Student"].strip() in (CANVAS_POINTS_ROW, CANVAS_TEST_STUDENT):
+        return None  # the points row, a posting-policy row, the test student
+    last, _, first = row["Student"].partition(", ")
+    columns = {c: row[c] for c in CANVAS_IDENTITY}
+    login, canvas_id = row["SIS Login ID"].strip(), row["ID"].strip()
+    return Member(login or canvas_id, canvas_id, first, last, "", columns)
+
+
+def _moodle_member(row: dict[str, str]) -> Member | None:
+    key = row["ID number"].strip() or row["Email address"].strip()
+    if not key:
+        return None
+    columns = {c: row[c] for c in MOODLE_IDENTITY}
+    return Member(key, key, row["First name"], row["Last name"], row["Email address"], columns)
+
+
+def nbgrader_roster(roster: Roster) -> list[list[str]]:
+    """The rows of the CSV `nbgrader db student import` reads: the roster's students under
+    their nbgrader ids, with their names and emails."""
+    rows = [[m.nbgrader_id, m.first_name, m.last_name, m.email] for m in roster.members]
+    return [NBGRADER_ROSTER, *rows]
