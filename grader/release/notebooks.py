@@ -124,7 +124,7 @@ _STUDENT_FILES = {
     "normcheck/sandboxed": ("grader/grading/sandboxed", ("__init__.py", "probe.py", "probes.py")),
     "norm_utils": ("norm_utils", ("*.py",)),
 }
-_REQUIREMENTS = ("torch", "numpy", "matplotlib")
+_REQUIREMENTS = ("torch", "numpy", "matplotlib", "scikit-learn")  # scikit-learn: 05's digits
 
 
 def _student_files(root: Path = REPO) -> dict[str, bytes]:
