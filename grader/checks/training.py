@@ -16,7 +16,8 @@ mode (running statistics never updated, or never used) falls far below it (tests
 
 Rubric (8 points): the training outputs 2 (the table of notebook 02, and batches of 4 values per
 channel, which tell the biased variance), the running statistics 2 (the stored variance and the
-momentum's weight), the evaluation 1, trained in the network 3 (its visible twin 1.5): the point
+momentum's weight), the evaluation 1 (its visible twin 0.5), trained in the network 3 (its visible
+twin 1.5): the point
 of the notebook, a module that trains a deep net and serves it in evaluation mode. Per-sample
 statistics (LayerNorm's axis) are a wrong structure, capped at 3: such a norm still trains the
 network, which is what the training check sees, but it is not a BatchNorm.
@@ -183,6 +184,7 @@ MY_BATCH_NORM_1D = Exercise(
                 "evaluation",
                 lambda rng: _bn_steps(rng, (64, 3), steps=0, eval_n=5, random_start=True),
             ),
+            twin=0.5,
         ),
         hidden(
             3,
