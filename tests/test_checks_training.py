@@ -16,7 +16,9 @@ TRAINED = "trained on 600 digits"
 
 
 def _trained_accuracy(module_cls, seed: int) -> float:
-    return float(probe_my_batch_norm(module_cls, _trained(np.random.default_rng(seed)))[EVAL_ACCURACY])
+    return float(
+        probe_my_batch_norm(module_cls, _trained(np.random.default_rng(seed)))[EVAL_ACCURACY]
+    )
 
 
 def test_the_solution_earns_every_point(solutions):
