@@ -125,7 +125,7 @@ _STUDENT_FILES = {
     "normcheck/sandboxed": ("grader/grading/sandboxed", ("__init__.py", "calling.py", "probes.py")),
     "norm_utils": ("norm_utils", ("*.py",)),
 }
-_REQUIREMENTS = ("torch", "numpy", "matplotlib")
+_REQUIREMENTS = ("torch", "numpy", "matplotlib", "scikit-learn")  # scikit-learn: 05's digits
 
 
 # The students' project, built by the standard build backend: the demos' package and the

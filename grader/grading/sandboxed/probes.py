@@ -8,6 +8,8 @@ is the grader's, elsewhere. The sandboxed runner finds an exercise's probe by na
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import torch
 from torch import nn
@@ -236,6 +238,75 @@ def probe_pool(masked_mean_pool, a: Arrays) -> Arrays:
     return {"pooled mean": masked_mean_pool(h, mask)}
 
 
+def _my_batch_norm_scenario(module_cls, a: Arrays) -> Arrays:
+    """The scenario of `probe_batch_norm`, run on a module: built with the case's eps and
+    momentum, given its weight, bias and starting running statistics where the case has them
+    (else the module's own initial values), then called in training mode on each training batch
+    and in evaluation mode on the evaluation batch."""
+    c = a["evaluation batch"].shape[1]
+    bn = module_cls(c, eps=float(a["eps"]), momentum=float(a["momentum"]))
+    with torch.no_grad():
+        for name in ("weight", "bias", "running_mean", "running_var"):
+            if name in a:
+                getattr(bn, name).copy_(torch.from_numpy(a[name].copy()))
+    out: Arrays = {}
+    steps = sorted((k for k in a if k.startswith("training batch")), key=lambda k: int(k[15:]))
+    bn.train()
+    for i, key in enumerate(steps, 1):
+        out[f"output of training step {i}"] = snapshot(bn(torch.from_numpy(a[key].copy())))
+        for name in ("running_mean", "running_var"):
+            out[f"{name} after training step {i}"] = snapshot(getattr(bn, name))
+    bn.eval()
+    out["output of the evaluation call"] = snapshot(bn(torch.from_numpy(a["evaluation batch"])))
+    for name in ("running_mean", "running_var"):
+        out[f"{name} after the evaluation call"] = snapshot(getattr(bn, name))
+    return judged(out, a, BATCH_NORM_PARTS)
+
+
+EVAL_ACCURACY = "test accuracy of the trained network in evaluation mode"
+
+
+def digits_mlp(norm_cls, depth: int, width: int, d_in: int, classes: int) -> nn.Sequential:
+    """`depth` blocks Linear → norm_cls(width) → ReLU and a Linear to `classes`, He-initialized
+    (notebook 05's network)."""
+    sizes = [d_in] + [width] * depth
+    blocks = [[nn.Linear(i, o), norm_cls(o), nn.ReLU()] for i, o in itertools.pairwise(sizes)]
+    model = nn.Sequential(*(m for block in blocks for m in block), nn.Linear(width, classes))
+    for m in model:
+        if isinstance(m, nn.Linear):
+            nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
+            nn.init.zeros_(m.bias)
+    return model
+
+
+def _trained_accuracy(norm_cls, a: Arrays) -> Arrays:
+    """Train notebook 05's MLP with `norm_cls` after every hidden Linear (SGD with momentum 0.9,
+    mini-batches in an order drawn from the case's seed), then its accuracy in evaluation mode."""
+    (x, x_test), (y, y_test) = tensors(a, "x", "x_test"), tensors(a, "y", "y_test")
+    depth, width, batch, epochs, seed = (int(v) for v in a["depth, width, batch, epochs, seed"])
+    torch.manual_seed(seed)
+    model = digits_mlp(norm_cls, depth, width, x.shape[1], int(y.max()) + 1).train()
+    opt = torch.optim.SGD(model.parameters(), lr=float(a["lr"]), momentum=0.9)
+    order = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        for idx in torch.randperm(len(y), generator=order).split(batch):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
+            opt.step()
+    model.eval()
+    with torch.no_grad():
+        right = (model(x_test).argmax(1) == y_test).double().mean()
+    return {EVAL_ACCURACY: right}
+
+
+def probe_my_batch_norm(module_cls, a: Arrays) -> Arrays:
+    """A training scenario on the module alone (`_my_batch_norm_scenario`), or, for a case with
+    data, the module trained end to end in a network (`_trained_accuracy`)."""
+    if "x" in a:
+        return _trained_accuracy(module_cls, a)
+    return _my_batch_norm_scenario(module_cls, a)
+
+
 class BuiltOnLibrary(RuntimeError):
     """The answer is, or delegates to, a library block. The static source scan cannot see this
     for a class defined in a notebook (`inspect.getsource` fails there), so the probe looks."""
@@ -334,5 +405,6 @@ PROBES = {
         probe_pool,
         probe_block,
         probe_stack,
+        probe_my_batch_norm,
     )
 }
