@@ -204,12 +204,14 @@ def _refuse_an_older_config(root: Path) -> None:
 def _graded_course(root: Path):
     """The course `grader autograde` made at `root`; anything else is refused, creating nothing."""
     from grader.course import Course, holds_data
+    from grader.gradebook.config import gradebook_file
     from grader.gradebook.records import gradebook_problem
 
     _refuse_an_older_config(root)
 
-    gradebook = root / "gradebook.db"
-    if not holds_data(gradebook):
+    # A gradebook on a database server (the course's db_url) is taken to be there.
+    gradebook = gradebook_file(Course(root)) if root.is_dir() else root / "gradebook.db"
+    if gradebook is not None and not holds_data(gradebook):
         raise UsageError(
             f"{root} is not a graded course ({gradebook} is missing or empty): "
             f"run `grader autograde SUBMISSIONS --course {root}` first"
@@ -300,8 +302,9 @@ def _serve(args: argparse.Namespace) -> int:
     import threading
 
     from grader.course import Course, Refused
+    from grader.gradebook.config import course_settings
     from grader.serve.queue import Grading
-    from grader.serve.service import InProcess, Queued, Service, course_settings
+    from grader.serve.service import InProcess, Queued, Service
 
     course = _served_course(args.course)
     source = _source(args)

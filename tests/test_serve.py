@@ -8,19 +8,24 @@ first assignment (the shortest to grade)."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
+import pwd
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import nbformat
+import psycopg2
 import pytest
 from nbgrader.api import Gradebook
+from nbgrader.apps import NbGraderAPI
 from nbgrader.auth import Authenticator
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.exchange.default.submit import ExchangeSubmit
@@ -30,7 +35,8 @@ from traitlets.config import Config
 from grader.autograde import register_all
 from grader.cli import main
 from grader.course import Course, fetched_feedback, notebook_path
-from grader.course.config import assignments
+from grader.course.config import assignments, use_this_environment
+from grader.gradebook.config import course_settings, gradebook_url
 from grader.grading.sandbox import available
 from grader.release.demo import PROFILES
 
@@ -38,6 +44,10 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not available(), reason="bubblewrap is not installed"),
     pytest.mark.skipif(not shutil.which("redis-server"), reason="redis-server is not installed"),
+    pytest.mark.skipif(
+        not Path("/usr/lib/postgresql/15/bin/initdb").is_file(),
+        reason="PostgreSQL is not installed",
+    ),
 ]
 
 ASSIGNMENT = assignments()[0]
@@ -45,16 +55,63 @@ BURST = 100  # the issue's number: a class submitting at the deadline
 WAIT_SECONDS = 600  # a bound for a loaded machine, never a speed target (those are in bench/)
 
 
+class PostgreSQL:
+    """A private PostgreSQL 15 server on a loopback port, run as the `postgres` user (it refuses
+    root) in a folder of its own; each course gets a database of its own."""
+
+    BIN = Path("/usr/lib/postgresql/15/bin")
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="grader-postgres-"))
+        user = pwd.getpwnam("postgres")
+        os.chown(self.folder, user.pw_uid, user.pw_gid)
+        self.port = free_port()
+        self._as_postgres("initdb", "-D", "data", "-U", "postgres", "--auth=trust", "-E", "UTF8")
+        options = f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._as_postgres("pg_ctl", "-D", "data", "-l", "log", "-w", "-o", options, "start")
+
+    def _as_postgres(self, program: str, *argv: str) -> None:
+        command = ["runuser", "-u", "postgres", "--", str(self.BIN / program), *argv]
+        subprocess.run(command, cwd=self.folder, check=True, capture_output=True, timeout=120)
+
+    def database(self, name: str) -> str:
+        """A new database's URL, as a course's `c.CourseDirectory.db_url` names it."""
+        connection = psycopg2.connect(host="127.0.0.1", port=self.port, user="postgres")
+        connection.autocommit = True  # CREATE DATABASE runs outside any transaction
+        try:
+            connection.cursor().execute(f'CREATE DATABASE "{name}"')
+        finally:
+            connection.close()
+        return f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/{name}"
+
+    def stop(self) -> None:
+        self._as_postgres("pg_ctl", "-D", "data", "-m", "fast", "stop")
+        shutil.rmtree(self.folder)
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    server = PostgreSQL()
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="module")
-def course(tmp_path_factory) -> tuple[Path, Path]:
-    """A `grader init` course, its exchange, the first assignment released; one graded
-    submission per student and day (c.GradeOnSubmit.per_day)."""
+def course(tmp_path_factory, postgres) -> tuple[Path, Path]:
+    """A `grader init` course whose gradebook is on PostgreSQL, its exchange, the first
+    assignment released; one graded submission per student and day (c.GradeOnSubmit.per_day)."""
     root = tmp_path_factory.mktemp("serve")
     exchange, course = root / "exchange", root / "course"
     exchange.mkdir(mode=0o777)
     assert main(["init", str(course)]) == 0
+    settings = {
+        "Exchange.root": str(exchange),
+        "CourseDirectory.db_url": postgres.database("serve"),
+        "GradeOnSubmit.per_day": 1,
+    }
     with (course / "nbgrader_config.py").open("a") as config:
-        config.write(f"c.Exchange.root = {str(exchange)!r}\nc.GradeOnSubmit.per_day = 1\n")
+        config.writelines(f"c.{name} = {value!r}\n" for name, value in settings.items())
+    use_this_environment()  # nbgrader runs `alembic` by name to set the database up
     nbgrader("generate_assignment", ASSIGNMENT, cwd=course, exchange=exchange)
     nbgrader("release_assignment", ASSIGNMENT, cwd=course, exchange=exchange)
     register_all(Course(course))  # what `grader serve` does first, once for the module
@@ -121,7 +178,7 @@ def fetch_feedback(root: Path, student: str) -> list[str]:
 
 def recorded(course: Path) -> dict[str, float]:
     """Each student's score of the assignment, as nbgrader's gradebook holds it."""
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", COURSE_ID) as gradebook:
+    with Gradebook(gradebook_url(Course(course)), COURSE_ID) as gradebook:
         return {s.student_id: s.score for s in gradebook.find_assignment(ASSIGNMENT).submissions}
 
 
@@ -159,6 +216,29 @@ def test_a_service_stopped_catches_up_on_what_was_submitted_meanwhile(course):
     served.stop()
     assert recorded(folder)["ben"] == sum(PROFILES["ben"].expected(ASSIGNMENT).values())
     assert fetch_feedback(root, "ben")
+
+
+def test_the_postgresql_gradebook_round_trips_with_autograde_formgrader_and_export(course):
+    root, folder = course
+    assert not (folder / "gradebook.db").exists()  # all of it on the server
+    two = ["--student", "ada", "--student", "ben"]
+    done = subprocess.run(
+        [sys.executable, "-m", "grader", "autograde", "--course", str(folder), "--force", *two],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    expected = {s: sum(PROFILES[s].expected(ASSIGNMENT).values()) for s in ("ada", "ben")}
+    assert recorded(folder) == expected
+    # What formgrader's submissions view shows: its handlers ask nbgrader's API.
+    api = NbGraderAPI(config=course_settings(folder))
+    shown = {s["student"]: s["score"] for s in api.get_submissions(ASSIGNMENT)}
+    assert shown == expected
+    csv_file = root / "grades.csv"
+    assert main(["export", "--course", str(folder), "--csv", str(csv_file)]) == 0
+    rows = {row["student_id"]: row for row in csv.DictReader(csv_file.open())}
+    assert {s: float(list(rows[s].values())[-1]) for s in expected} == expected  # the total
 
 
 # --- the queue: Redis and Celery workers -----------------------------------------------------

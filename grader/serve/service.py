@@ -18,7 +18,6 @@ be graded. Nothing is polled faster than POLL_SECONDS when there is nothing to d
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import sys
@@ -31,15 +30,18 @@ from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
 
+import billiard.exceptions
+import kombu.exceptions
+import redis
 from nbgrader.api import Gradebook
-from nbgrader.apps import NbGraderAPI
-from traitlets.config import Config, PyFileConfigLoader
+from traitlets.config import Config
 
 from grader.autograde import register_all
 from grader.course import Course, write_atomically
 from grader.course.intake import Submission, submitted_bytes
 from grader.course.intake import fingerprint as notebook_fingerprint
 from grader.gradebook import records
+from grader.gradebook.config import recording_api
 from grader.grading.grade import GraderFault
 from grader.publish.feedback import feedback_pages, render_page
 from grader.serve import exchange, queue
@@ -49,11 +51,6 @@ from grader.serve.queue import Grading
 
 POLL_SECONDS = 2.0  # how often the inbound is looked at when there is nothing to do
 RETRY_SECONDS = (5, 15, 60, 300)  # waits before grading again after a grader fault
-
-
-def course_settings(root: Path) -> Config:
-    """The course's nbgrader settings, as every nbgrader command in it reads them."""
-    return PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
 
 
 @dataclass
@@ -96,15 +93,25 @@ class InProcess:
         self.grading.close()
 
 
+# How a task fails when the broker, not the grading, failed it: it is sent again, in its place.
+BROKER_FAULTS = (
+    ConnectionError,
+    TimeoutError,
+    redis.ConnectionError,
+    redis.TimeoutError,
+    kombu.exceptions.OperationalError,
+    billiard.exceptions.WorkerLostError,
+)
+
+
 class Queued:
     """Grades through the broker: a task per job, to the Celery workers wherever they run.
 
     A task whose answer was lost (the broker restarted: Redis keeps neither the queue nor the
-    results then) is sent again; one a worker failed is the grader's fault, retried."""
+    results then; or it failed for the broker's reasons) is sent again; one the grading failed
+    is the grader's fault, retried later by the service."""
 
     def __init__(self, broker: str) -> None:
-        import redis
-
         queue.app.conf.broker_url = queue.app.conf.result_backend = broker
         self.redis = redis.Redis.from_url(broker, socket_timeout=5)
         self.sent: dict[str, Job] = {}  # by task id
@@ -115,43 +122,47 @@ class Queued:
         self.unsent[job.task_id] = job
 
     def poll(self) -> list[Finished]:
-        run = self._broker_run()
-        if run is None:  # the broker is down: nothing can be sent or heard; try again later
-            return []
+        finished: list[Finished] = []
+        try:
+            self._send_what_was_lost()
+            for task_id, job in list(self.sent.items()):
+                outcome = self._outcome(task_id)
+                if outcome is not None:
+                    finished.append((job, outcome))
+                    del self.sent[task_id]
+        except (redis.RedisError, kombu.exceptions.OperationalError):
+            pass  # the broker is down: what is not heard of yet is asked again next time
+        return finished
+
+    def _send_what_was_lost(self) -> None:
+        run = self.redis.info("server")["run_id"]  # a new one each time the broker starts
         if run != self.broker_run:  # (re)started since the tasks were sent: they are gone
             self.unsent |= self.sent
             self.sent, self.broker_run = {}, run
         for task_id, job in list(self.unsent.items()):
             queue.grade.apply_async(_task_args(job), task_id=task_id, retry=False)
             self.sent[task_id] = self.unsent.pop(task_id)
-        finished = []
-        for task_id, job in list(self.sent.items()):
-            result = queue.app.AsyncResult(task_id)
-            if result.state == "SUCCESS":
-                finished.append((job, result.result))
-            elif result.state == "FAILURE":
-                finished.append(
-                    (job, GraderFault(f"{type(result.result).__name__}: {result.result}"))
-                )
-            else:
-                continue
-            result.forget()
-            del self.sent[task_id]
-        return finished
 
-    def _broker_run(self) -> str | None:
-        """The broker's run id (a new one each time it starts), or None when it is down."""
-        import redis
-
-        try:
-            return self.redis.info("server")["run_id"]
-        except redis.RedisError:
+    def _outcome(self, task_id: str) -> dict | GraderFault | None:
+        """The task's results, or the grader's fault; None while it is not done (or when it
+        failed for the broker's reasons, and was sent again)."""
+        result = queue.app.AsyncResult(task_id)
+        state, value = result.state, result.result
+        if state not in ("SUCCESS", "FAILURE"):
             return None
+        result.forget()
+        if state == "SUCCESS":
+            return value
+        if isinstance(value, BROKER_FAULTS):
+            self.unsent[task_id] = self.sent.pop(task_id)
+            self._send_what_was_lost()
+            return None
+        return GraderFault(f"{type(value).__name__}: {value}")
 
     def status(self) -> dict:
         try:
             length = self.redis.llen("celery")
-        except Exception:
+        except redis.RedisError:
             length = None
         return {"queue": length, "sent": len(self.sent), "unsent": len(self.unsent)}
 
@@ -219,7 +230,7 @@ class Service:
         self.in_flight: dict[str, Job] = {}  # by inbound name, in order of arrival
         self.results: dict[str, dict] = {}  # finished, waiting for those before them
         self.faults: dict[str, Fault] = {}
-        self.api = _recording_api(course, settings)
+        self.api = recording_api(course)
 
     # --- the loop --------------------------------------------------------------------------
 
@@ -415,15 +426,6 @@ def _message_page(hand_in: HandIn, message: str) -> str:
         f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{escape(title)}</title>"
         f"</head><body><h1>{escape(title)}</h1><p>{escape(message)}</p></body></html>\n"
     )
-
-
-def _recording_api(course: Course, settings: Config) -> NbGraderAPI:
-    """nbgrader as `grader autograde` records with (grader.gradebook.config.recording_api),
-    with the course's own settings: its gradebook (`db_url`) among them."""
-    config = copy.deepcopy(settings)  # the course's settings stay what collect reads
-    config.CourseDirectory.submitted_directory = str(course.staged)
-    config.InjectResults.graded_now = True
-    return NbGraderAPI(config=config)
 
 
 def _recorded_times(settings: Config) -> dict[tuple[str, str], datetime]:
