@@ -328,7 +328,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     import json
 
-    from grader.serve.service import status_file
+    from grader.serve.service import status_file, workers_on
 
     path = status_file(_served_course(args.course))
     if not path.is_file():
@@ -337,7 +337,11 @@ def _status(args: argparse.Namespace) -> int:
     last = status["last_graded"]
     print(f"as of {status['updated']}:")
     print(f"  queue: {status['queue']} waiting, {status['in_flight']} being graded")
-    print(f"  workers: {status.get('workers', 'Celery workers on the broker')}")
+    if "broker" in status:
+        workers = workers_on(status["broker"])
+        print(f"  workers: {len(workers)} answering on {status['broker']} {' '.join(workers)}")
+    else:
+        print(f"  workers: {status['workers']}")
     print(f"  graded: {status['graded']}")
     if last:
         print(

@@ -208,12 +208,19 @@ def test_the_submission_over_the_daily_limit_is_refused_and_the_student_told(cou
     assert recorded(folder) == {"ada": sum(PROFILES["ada"].expected(ASSIGNMENT).values())}
 
 
-def test_a_service_stopped_catches_up_on_what_was_submitted_meanwhile(course):
+def test_a_service_stopped_catches_up_on_what_was_submitted_meanwhile(course, capsys):
     root, folder = course
     submit(root, "ben", profile="ben")  # nothing serves the course now
     served = Served(folder)
     wait_for(folder, 3, served)
     served.stop()
+    assert main(["status", "--course", str(folder)]) == 0
+    said = capsys.readouterr().out
+    assert (
+        "graded: 2" in said
+        and "last graded: ben/" in said
+        and "failures (being retried): 0" in said
+    )
     assert recorded(folder)["ben"] == sum(PROFILES["ben"].expected(ASSIGNMENT).values())
     assert fetch_feedback(root, "ben")
 
@@ -313,7 +320,7 @@ def kill(process: subprocess.Popen) -> None:
 
 
 def test_a_burst_is_graded_once_each_in_order_through_a_worker_killed_and_a_broker_restart(
-    course, redis
+    course, redis, capsys
 ):
     root, folder = course
     before = len(ledger(folder))
@@ -328,6 +335,8 @@ def test_a_burst_is_graded_once_each_in_order_through_a_worker_killed_and_a_brok
         wait_for(folder, before + BURST // 2, served)
         redis.restart()  # the queue and the results it held are lost
         entries = wait_for(folder, before + BURST, served)
+        assert main(["status", "--course", str(folder)]) == 0
+        assert "workers: 1 answering on" in capsys.readouterr().out  # the one left alive
         served.stop()
     finally:
         for process in workers:

@@ -113,7 +113,7 @@ class Queued:
 
     def __init__(self, broker: str) -> None:
         queue.app.conf.broker_url = queue.app.conf.result_backend = broker
-        self.redis = redis.Redis.from_url(broker, socket_timeout=5)
+        self.broker, self.redis = broker, redis.Redis.from_url(broker, socket_timeout=5)
         self.sent: dict[str, Job] = {}  # by task id
         self.unsent: dict[str, Job] = {}
         self.broker_run: str | None = None
@@ -164,7 +164,7 @@ class Queued:
             length = self.redis.llen("celery")
         except redis.RedisError:
             length = None
-        return {"queue": length, "sent": len(self.sent), "unsent": len(self.unsent)}
+        return {"queue": length, "broker": self.broker, "unsent": len(self.unsent)}
 
     def close(self) -> None:
         self.redis.close()
@@ -418,6 +418,15 @@ class Service:
 
 def status_file(course: Course) -> Path:
     return course.root / "serve" / "status.json"
+
+
+def workers_on(broker: str) -> list[str]:
+    """The names of the Celery workers answering on `broker` now."""
+    queue.app.conf.broker_url = queue.app.conf.result_backend = broker
+    try:
+        return sorted(name for reply in queue.app.control.ping(timeout=1.0) for name in reply)
+    except (redis.RedisError, kombu.exceptions.OperationalError):
+        return []
 
 
 def _message_page(hand_in: HandIn, message: str) -> str:
