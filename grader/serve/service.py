@@ -85,6 +85,8 @@ class InProcess:
             return [(job, self.grading.grade(*_task_args(job, encode=False)))]
         except GraderFault as fault:
             return [(job, fault)]
+        except Exception as error:  # the student's errors are results: anything else is ours
+            return [(job, GraderFault(f"{type(error).__name__}: {error}"))]
 
     def status(self) -> dict:
         return {"queue": len(self.waiting), "workers": "in process"}
