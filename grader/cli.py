@@ -278,7 +278,7 @@ def _graded_course(root: Path):
     """The course `grader autograde` graded at `root`; anything else is refused, creating
     nothing (no hint here leads to grading into a new folder by accident)."""
     from grader.course import holds_data
-    from grader.gradebook.config import open_course
+    from grader.gradebook.config import gradebook_file, open_course
     from grader.gradebook.records import gradebook_problem
 
     _refuse_an_older_config(root)
@@ -288,7 +288,8 @@ def _graded_course(root: Path):
             "folder (the one holding nbgrader_config.py)"
         )
     course = open_course(root)
-    if not holds_data(course.gradebook):
+    # A gradebook on a database server (the course's db_url) is taken to be there.
+    if gradebook_file(course) is not None and not holds_data(course.gradebook):
         raise UsageError(
             f"{root} is not a graded course ({course.gradebook} is missing or empty): name the "
             "course folder with --course, or grade its submissions first (`grader autograde`)"
@@ -427,6 +428,76 @@ def _demo(args: argparse.Namespace) -> int:
     print("Feedback:    ", folder)
     print("Gradebook:   ", course.gradebook)
     return status
+
+
+def _serve(args: argparse.Namespace) -> int:
+    """Serve until stopped (SIGINT, SIGTERM): exit 0."""
+    import signal
+    import threading
+
+    from grader.course import CannotStart, Course
+    from grader.gradebook.config import course_settings
+    from grader.serve.queue import Grading
+    from grader.serve.service import InProcess, Queued, Service
+
+    course = _served_course(args.course)
+    source = _source(args)
+    if args.broker:
+        grader = Queued(args.broker)
+    else:
+        grader = InProcess(Grading(source, *_isolation(args, source)))
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    where = f"the workers on {args.broker}" if args.broker else "this process"
+    print(f"grader serve: grading {course.root}'s submissions through {where}", file=sys.stderr)
+    try:
+        Service(Course(course.root, source), course_settings(course.root), grader).run(stop)
+    except CannotStart as error:
+        print(f"grader: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    import json
+
+    from grader.serve.service import status_file, workers_on
+
+    path = status_file(_served_course(args.course))
+    if not path.is_file():
+        raise UsageError(f"{args.course} has not been served: run `grader serve --course` first")
+    status = json.loads(path.read_text())
+    last = status["last_graded"]
+    print(f"as of {status['updated']}:")
+    print(f"  queue: {status['queue']} waiting, {status['in_flight']} being graded")
+    if "broker" in status:
+        workers = workers_on(status["broker"])
+        print(f"  workers: {len(workers)} answering on {status['broker']} {' '.join(workers)}")
+    else:
+        print(f"  workers: {status['workers']}")
+    print(f"  graded: {status['graded']}")
+    if last:
+        print(
+            f"  last graded: {last['student']}/{last['assignment']} at {last['at']}: "
+            f"{last['score']:g} of {last['max_score']:g}"
+        )
+    print(f"  failures (being retried): {len(status['failures'])}")
+    for name, cause in status["failures"].items():
+        print(f"    {name}: {cause}")
+    return 0
+
+
+def _served_course(root: Path):
+    """A `grader init` course folder (its nbgrader_config.py names the exchange)."""
+    from grader.course import Course
+
+    _refuse_an_older_config(root)
+    if not (root / "nbgrader_config.py").is_file():
+        raise UsageError(
+            f"{root} is not a course folder (no nbgrader_config.py): see `grader init`"
+        )
+    return Course(root)
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -717,6 +788,33 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=REPO / "build" / "demo",
         help="where the class, course, CSV and feedback go (default: %(default)s)",
+    )
+
+    serve = _command(
+        commands,
+        "serve",
+        _serve,
+        parents=[_course_option(), _grading_options(EXERCISE_SECONDS)],
+        help="grade each submission as it reaches the exchange, and release its feedback",
+        description="Watches the course's exchange inbound; collects, grades (sandboxed) and "
+        "records each submission, then releases that student's feedback (nbgrader "
+        "fetch_feedback). On start it catches up on everything submitted since it last ran. "
+        "Policy: c.GradeOnSubmit in the course's nbgrader_config.py.",
+    )
+    serve.add_argument(
+        "--broker",
+        metavar="URL",
+        default=None,
+        help="grade through Celery workers on this Redis broker, e.g. redis://host:6379/0 "
+        "(default: grade in this process)",
+    )
+
+    _command(
+        commands,
+        "status",
+        _status,
+        parents=[_course_option()],
+        help="what `grader serve` is doing: queue, workers, last graded, failures",
     )
 
     check = _command(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import html
+import importlib.util
 import os
 import re
 import shlex
@@ -47,6 +48,8 @@ CHECKED = {
     "normcourse/bin/pip",
     "normcourse/bin/jupyter",
     "normcourse/bin/python",
+    "apt-get",
+    ".venv/bin/celery",
 }
 MAKEFILE = (REPO / "Makefile").read_text()
 ENVIRONMENT = (REPO / "environment.yml").read_text()
@@ -82,6 +85,15 @@ def test_every_readme_command_is_one_this_file_checks():
     assert {argv[0] for argv in COMMANDS} <= CHECKED
     assert len(GRADER_COMMANDS) > len(RUN_HERE) + len(INSTRUCTOR)
     assert [argv[1] for argv in INSTRUCTOR] == ["autograde", "feedback", "export"]
+
+
+def test_grade_on_submits_hosts_install_what_ci_installs_and_start_the_queues_app():
+    ci = (REPO / ".ci" / "run").read_text()
+    for argv in _of("apt-get"):
+        assert argv[1] == "install" and all(package in ci for package in argv[2:]), argv
+    (worker,) = _of(".venv/bin/celery")
+    assert worker[1:4] == ["-A", "grader.serve.queue", "worker"]
+    assert importlib.util.find_spec(worker[2]) is not None
 
 
 def test_ci_runs_make_test_as_written():

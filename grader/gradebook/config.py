@@ -94,15 +94,26 @@ def gradebook_url(course: Course) -> str:
     return course_config_of(course).CourseDirectory.db_url
 
 
+def course_settings(root: Path) -> Config:
+    """The nbgrader settings of the course folder `root` as every nbgrader command run there
+    reads them (nbgrader's config path, then the folder's nbgrader_config.py)."""
+    return course_config_of(Course(root))
+
+
 def open_course(root: Path, source: Path | None = None) -> Course:
-    """The course at `root`, with the gradebook its nbgrader configuration names (a `db_url`
-    set in its nbgrader_config.py is honoured; one that is not a SQLite file is refused)."""
+    """The course at `root`, with the gradebook its nbgrader configuration names: a `db_url`
+    set in its nbgrader_config.py is honoured, a SQLite file or a database server (PostgreSQL,
+    shared by graders on several machines)."""
     course = Course(root, source)
-    url = gradebook_url(course)
-    if not url.startswith(SQLITE):
-        raise CourseConfigError(f"{root}'s db_url {url!r} is not a SQLite file ({SQLITE}PATH)")
-    course.gradebook = (course.root / url.removeprefix(SQLITE)).resolve()
+    if (path := gradebook_file(course)) is not None:
+        course.gradebook = (course.root / path).resolve()
     return course
+
+
+def gradebook_file(course: Course) -> Path | None:
+    """The course's gradebook when it is an SQLite file (None: a database server holds it)."""
+    url = gradebook_url(course)
+    return Path(url.removeprefix(SQLITE)) if url.startswith(SQLITE) else None
 
 
 SQLITE = "sqlite:///"

@@ -26,14 +26,14 @@ from grader.course import EXCHANGE_FILES, Course, exercise_of_test, holds_data, 
 from grader.course.config import assignments
 from grader.course.intake import Submission, make_inert, read_notebook
 from grader.course.untrusted import read_below
-from grader.gradebook.config import CONFIG_FILE
+from grader.gradebook.config import CONFIG_FILE, gradebook_file, gradebook_url
 
 
 def register(course: Course, api: NbGraderAPI, assignment: str) -> None:
     """Put `assignment` in the gradebook (nbgrader's generate_assignment), once per source."""
     stamp = course.source_stamp(assignment)
     digest = hashlib.sha256(course.source_notebook(assignment).read_bytes()).hexdigest()
-    if stamp.is_file() and stamp.read_text() == digest and holds_data(course.gradebook):
+    if stamp.is_file() and stamp.read_text() == digest and _holds_data(course):
         return
     result = api.generate_assignment(assignment, force=True, create=True)
     if not result["success"]:
@@ -148,6 +148,8 @@ def gradebook_problem(course: Course) -> str:
     if not stamps:
         return ""
     graded = f"{len(stamps)} notebooks were graded into it"
+    if gradebook_file(course) is None:  # a database server's: its keeping is the server's
+        return ""
     if not holds_data(course.gradebook):
         state = "missing" if not course.gradebook.exists() else "empty"
         return f"{course.gradebook} is {state}, but {graded}"
@@ -189,6 +191,9 @@ def gradable(course: Course, handed_in: Collection[str] = ()) -> list[str]:
 
 
 def _registered(course: Course) -> set[str]:
+    if gradebook_file(course) is None:  # a database server's
+        with Gradebook(gradebook_url(course)) as gradebook:
+            return {a.name for a in gradebook.assignments}
     if not holds_data(course.gradebook):  # nbgrader would create it
         return set()
     try:
@@ -211,9 +216,9 @@ def start_new_gradebook(course: Course) -> None:
 def cell_scores(course: Course, student: str, assignment: str) -> dict[str, float | None] | None:
     """The gradebook's score of each exercise's test cell in the student's notebook (None:
     not scored), or None when the notebook was never recorded."""
-    if not holds_data(course.gradebook):  # nbgrader would create it
+    if not _holds_data(course):  # nbgrader would create it
         return None
-    with Gradebook(f"sqlite:///{course.gradebook}") as gradebook:
+    with Gradebook(gradebook_url(course)) as gradebook:
         try:
             notebook = gradebook.find_submission_notebook(assignment, assignment, student)
         except MissingEntry:
@@ -223,6 +228,12 @@ def cell_scores(course: Course, student: str, assignment: str) -> dict[str, floa
             for name, (score, _) in cell_grades(notebook).items()
             if exercise_of_test(name)
         }
+
+
+def _holds_data(course: Course) -> bool:
+    """Whether the gradebook may hold anything (a database server's is taken to)."""
+    path = gradebook_file(course)
+    return path is None or holds_data(path)
 
 
 def cell_grades(notebook: SubmittedNotebook) -> dict[str, tuple[float | None, float]]:
