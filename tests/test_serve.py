@@ -133,6 +133,14 @@ class Served:
         self.process.send_signal(signal.SIGTERM)
         assert self.process.wait(timeout=120) == 0, self.log.read_text()
 
+    def __enter__(self) -> Served:
+        return self
+
+    def __exit__(self, *failed) -> None:
+        if self.process.poll() is None:  # a failed test's: it must not hold the course
+            self.process.kill()
+            self.process.wait(timeout=30)
+
     def lines(self, word: str) -> list[str]:
         return [line for line in self.log.read_text().splitlines() if f" {word} " in line]
 
@@ -186,11 +194,11 @@ def recorded(course: Path) -> dict[str, float]:
 
 def test_a_submission_is_graded_and_its_feedback_fetched_with_no_instructor_command(course):
     root, folder = course
-    served = Served(folder)
-    hand_in(root, root / "exchange", "ada", ASSIGNMENT, "ada")  # nbgrader's fetch and submit
-    (entry,) = wait_for(folder, 1, served).values()
-    (page,) = fetch_feedback(root, "ada")
-    served.stop()
+    with Served(folder) as served:
+        hand_in(root, root / "exchange", "ada", ASSIGNMENT, "ada")  # nbgrader's fetch and submit
+        (entry,) = wait_for(folder, 1, served).values()
+        (page,) = fetch_feedback(root, "ada")
+        served.stop()
     expected = sum(PROFILES["ada"].expected(ASSIGNMENT).values())
     assert entry["outcome"] == "graded" and entry["score"] == expected
     assert f"— {expected:g} of {entry['max_score']:g}" in page and "graded at " in page
@@ -200,11 +208,11 @@ def test_a_submission_is_graded_and_its_feedback_fetched_with_no_instructor_comm
 
 def test_the_submission_over_the_daily_limit_is_refused_and_the_student_told(course):
     root, folder = course
-    served = Served(folder)
-    submit(root, "ada", profile="ben")  # her second today: refused, her grade kept
-    (entry,) = [e for e in wait_for(folder, 2, served).values() if e["outcome"] != "graded"]
-    pages = fetch_feedback(root, "ada")
-    served.stop()
+    with Served(folder) as served:
+        submit(root, "ada", profile="ben")  # her second today: refused, her grade kept
+        (entry,) = [e for e in wait_for(folder, 2, served).values() if e["outcome"] != "graded"]
+        pages = fetch_feedback(root, "ada")
+        served.stop()
     assert entry["outcome"] == "refused"
     assert "was not graded" in pages[-1] and "daily limit (1)" in pages[-1]
     assert recorded(folder) == {"ada": sum(PROFILES["ada"].expected(ASSIGNMENT).values())}
@@ -213,9 +221,9 @@ def test_the_submission_over_the_daily_limit_is_refused_and_the_student_told(cou
 def test_a_service_stopped_catches_up_on_what_was_submitted_meanwhile(course, capsys):
     root, folder = course
     submit(root, "ben", profile="ben")  # nothing serves the course now
-    served = Served(folder)
-    wait_for(folder, 3, served)
-    served.stop()
+    with Served(folder) as served:
+        wait_for(folder, 3, served)
+        served.stop()
     assert main(["status", "--course", str(folder)]) == 0
     said = capsys.readouterr().out
     assert (
@@ -327,19 +335,19 @@ def test_a_burst_is_graded_once_each_in_order_through_a_worker_killed_and_a_brok
     root, folder = course
     before = len(ledger(folder))
     workers = [worker(redis.url, folder, f"w{i}") for i in (1, 2)]
-    served = Served(folder, "--broker", redis.url)
     students = [f"s{i:03d}" for i in range(BURST)]
     try:
-        for student in students:
-            submit(root, student)
-        wait_for(folder, before + BURST // 5, served)
-        kill(workers.pop(0))  # mid-task, or between two: its task is delivered again
-        wait_for(folder, before + BURST // 2, served)
-        redis.restart()  # the queue and the results it held are lost
-        entries = wait_for(folder, before + BURST, served)
-        assert main(["status", "--course", str(folder)]) == 0
-        assert "workers: 1 answering on" in capsys.readouterr().out  # the one left alive
-        served.stop()
+        with Served(folder, "--broker", redis.url) as served:
+            for student in students:
+                submit(root, student)
+            wait_for(folder, before + BURST // 5, served)
+            kill(workers.pop(0))  # mid-task, or between two: its task is delivered again
+            wait_for(folder, before + BURST // 2, served)
+            redis.restart()  # the queue and the results it held are lost
+            entries = wait_for(folder, before + BURST, served)
+            assert main(["status", "--course", str(folder)]) == 0
+            assert "workers: 1 answering on" in capsys.readouterr().out  # the one left alive
+            served.stop()
     finally:
         for process in workers:
             kill(process)
