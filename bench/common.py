@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import itertools
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
@@ -19,80 +17,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def options(doc: str, argv: Sequence[str] | None) -> argparse.Namespace:
-    """A benchmark's command line, as its docstring declares it.
-
-    The description is the docstring's first paragraph; the options are the entries of its
-    ``Options:`` section, so that ``--help`` and the docstring say the same. An entry is
-    ``--name (type): help. Default: value`` (continued on lines indented further), where type is
-    ``int``, ``float``, ``str`` or ``path``, followed by ``, one or more`` or ``, zero or more``
-    for a list (its default: values separated by spaces). An entry without a type is a switch,
-    off by default; a typed one without ``Default:`` is None when not given.
-
-    Args:
-        doc (str): the benchmark's module docstring.
-        argv (sequence of str, optional): the arguments; None reads ``sys.argv``.
-
-    Raises:
-        ValueError: an entry of the ``Options:`` section is not of that form.
-    """
-    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    for entry in _option_entries(doc):
-        _add_option(parser, entry)
-    return parser.parse_args(argv)
-
-
-_TYPES: dict[str, Callable[[str], object]] = {"int": int, "float": float, "str": str, "path": Path}
-_NARGS = {"one or more": "+", "zero or more": "*"}
-_ENTRY = re.compile(
-    r"(?P<flag>--[a-z][a-z0-9-]*)"
-    r"(?: \((?P<type>\w+)(?:, (?P<count>one or more|zero or more))?\))?: (?P<help>.+)"
-)
-_DEFAULT = re.compile(r"Default: (?P<value>.+)$")
-
-
-def _option_entries(doc: str) -> list[str]:
-    """The entries of the docstring's ``Options:`` section, each joined into one line."""
-    lines = doc.splitlines()
-    if "Options:" not in lines:
-        return []
-    entries: list[str] = []
-    indent = 0  # of the entry being read: its continuation lines are indented further
-    for line in itertools.takewhile(str.strip, lines[lines.index("Options:") + 1 :]):
-        text = line.strip()
-        if text.startswith("--"):
-            entries.append(text)
-            indent = line.index(text)
-        elif entries and line.index(text) > indent:
-            entries[-1] += " " + text
-        else:
-            raise ValueError(f"Options: {text!r} is neither an option nor indented under one")
-    return entries
-
-
-def _add_option(parser: argparse.ArgumentParser, entry: str) -> None:
-    match = _ENTRY.fullmatch(entry)
-    if match is None:
-        raise ValueError(f"an option reads `--name (type): help. Default: value`, not {entry!r}")
-    flag, kind, count, text = match.group("flag", "type", "count", "help")
-    help = text.replace("%", "%%")  # argparse formats help with %
-    if kind is None:
-        parser.add_argument(flag, action="store_true", help=help)
-        return
-    if kind not in _TYPES:
-        raise ValueError(f"{flag}: type {kind!r} is none of {', '.join(_TYPES)}")
-    convert, nargs = _TYPES[kind], _NARGS.get(count)
-    default = _DEFAULT.search(text)
-    value: object = None
-    if default and nargs:
-        value = [convert(word) for word in default["value"].split()]
-    elif default:
-        value = convert(default["value"])
-    parser.add_argument(
-        flag, type=convert, nargs=nargs, default=value, metavar=kind.upper(), help=help
-    )
 
 
 def cpu_model() -> str:
@@ -205,3 +129,10 @@ def wait_for_quiet(max_load: float, patience_s: float, sleep: Callable[[float], 
         sleep(10)
         waited += 10
     return load_1min()
+
+
+def bench_parser(doc: str) -> argparse.ArgumentParser:
+    """A benchmark's parser: its docstring's first paragraph, then its options with defaults."""
+    return argparse.ArgumentParser(
+        description=doc.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )

@@ -12,15 +12,6 @@ when the 1-minute load is below --max-load (others share this machine), unless -
 
     .venv/bin/python bench/execution_budget.py [options]
 
-Options:
-    --runs (int): executions per notebook (median); 0: skip. Default: 3
-    --timeout (int): seconds allowed per cell. Default: 600
-    --top (int): slowest cells to list. Default: 8
-    --make-test: also time `make test` here.
-    --fresh-clone: also time clone → passing `make test`.
-    --max-load (float): skip the long runs above this 1-min load. Default: 1.0
-    --patience (float): seconds to wait for the load to drop. Default: 600
-    --force: run the long runs whatever the load.
 """
 
 from __future__ import annotations
@@ -42,10 +33,10 @@ from nbgrader.utils import is_grade, is_solution
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
     REPO,
+    bench_parser,
     load_1min,
     markdown_table,
     median_and_spread,
-    options,
     print_header,
     progress,
     wait_for_quiet,
@@ -255,8 +246,29 @@ def long_runs(args: argparse.Namespace) -> list[list[object]]:
     return rows
 
 
+def arguments() -> argparse.ArgumentParser:
+    parser = bench_parser(__doc__)
+    parser.add_argument(
+        "--runs", type=int, default=3, help="executions per notebook (median); 0: skip"
+    )
+    parser.add_argument("--timeout", type=int, default=600, help="seconds allowed per cell")
+    parser.add_argument("--top", type=int, default=8, help="slowest cells to list")
+    parser.add_argument("--make-test", action="store_true", help="also time `make test` here")
+    parser.add_argument(
+        "--fresh-clone", action="store_true", help="also time clone → passing `make test`"
+    )
+    parser.add_argument(
+        "--max-load", type=float, default=1.0, help="skip the long runs above this 1-min load"
+    )
+    parser.add_argument(
+        "--patience", type=float, default=600.0, help="seconds to wait for the load to drop"
+    )
+    parser.add_argument("--force", action="store_true", help="run the long runs whatever the load")
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = options(__doc__, argv)
+    args = arguments().parse_args(argv)
     use_this_environment()  # the kernelspec starts `python` from PATH: it must be this venv's
 
     print_header("Execution budget")

@@ -7,14 +7,11 @@ students, graded once by `grader autograde` without the sandbox (its speed is no
 
     .venv/bin/python bench/feedback_speed.py [options]
 
-Options:
-    --students (int): size of the generated class. Default: 24
-    --jobs (int): parallel jobs of `grader feedback`. Default: 2
-    --stock-notebooks (int): notebooks nbgrader's generate_feedback renders, timed. Default: 12
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
 import tempfile
@@ -22,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import markdown_table, options, print_header, progress
+from common import bench_parser, markdown_table, print_header, progress
 
 from grader.autograde import autograde
 from grader.course import Course
@@ -71,8 +68,21 @@ def time_ours(course: Course, students: list[str], jobs: int) -> tuple[float, fl
     return fresh / count, (time.perf_counter() - start) / count, count
 
 
+def arguments() -> argparse.ArgumentParser:
+    parser = bench_parser(__doc__)
+    parser.add_argument("--students", type=int, default=24, help="size of the generated class")
+    parser.add_argument("--jobs", type=int, default=2, help="parallel jobs of `grader feedback`")
+    parser.add_argument(
+        "--stock-notebooks",
+        type=int,
+        default=12,
+        help="notebooks nbgrader's generate_feedback renders, timed",
+    )
+    return parser
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = options(__doc__, argv)
+    args = arguments().parse_args(argv)
     print_header("Feedback: nbgrader's generate_feedback vs `grader feedback`")
     with tempfile.TemporaryDirectory() as scratch:
         course, students = graded_class(Path(scratch), args.students)

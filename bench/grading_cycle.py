@@ -19,13 +19,6 @@ notebooks graded in this process, sandboxed; median of `--repeats`).
 
     .venv/bin/python bench/grading_cycle.py [options]
 
-Options:
-    --students (int, one or more): the class sizes ours grades. Default: 16 200
-    --stock-students (int, zero or more): the class sizes stock nbgrader grades (none: ours
-        only). Default: 16
-    --jobs (int): parallel jobs of ours. Default: 2
-    --repeats (int): of the start-up comparison. Default: 5
-    --keep (path): keep the courses here (without it, a scratch folder, removed at the end).
 """
 
 from __future__ import annotations
@@ -37,7 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_1min, markdown_table, median_and_spread, options, print_header, progress
+from common import (
+    bench_parser,
+    load_1min,
+    markdown_table,
+    median_and_spread,
+    print_header,
+    progress,
+)
 from grading_throughput import (
     BIN,
     HONEST,
@@ -200,8 +200,30 @@ def startup_rows(work: Path, repeats: int) -> list[list[object]]:
     ]
 
 
+def arguments() -> argparse.ArgumentParser:
+    parser = bench_parser(__doc__)
+    parser.add_argument(
+        "--students", type=int, nargs="+", default=[16, 200], help="the class sizes ours grades"
+    )
+    parser.add_argument(
+        "--stock-students",
+        type=int,
+        nargs="*",
+        default=[16],
+        help="the class sizes stock nbgrader grades (none: ours only)",
+    )
+    parser.add_argument("--jobs", type=int, default=2, help="parallel jobs of ours")
+    parser.add_argument("--repeats", type=int, default=5, help="of the start-up comparison")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="keep the courses here (without it, a scratch folder, removed at the end)",
+    )
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = options(__doc__, argv)
+    args = arguments().parse_args(argv)
     with grading_workspace(args.keep, prefix="grading-cycle-") as work:
         print_header("The grading cycle: stock nbgrader vs ours")
         report(args, work)

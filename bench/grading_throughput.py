@@ -20,17 +20,6 @@ Stock nbgrader on the generated class runs on `--stock-students` students and is
 
     .venv/bin/python bench/grading_throughput.py [options]
 
-Options:
-    --runs (int): runs of each of our configurations. Default: 3
-    --stock-runs (int): runs of stock nbgrader (demo). Default: 2
-    --students (int): size of the generated class. Default: 50
-    --stock-students (int): generated students stock nbgrader grades. Default: 9
-    --generated-runs (int): runs on the generated class. Default: 1
-    --skip-stock: do not run stock nbgrader.
-    --skip-demo: skip the demo class.
-    --skip-generated: skip the generated class.
-    --keep (path): keep gradebooks and logs here (without it, a scratch folder, removed at the
-        end).
 """
 
 from __future__ import annotations
@@ -54,7 +43,14 @@ from pathlib import Path
 import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_1min, markdown_table, median_and_spread, options, print_header, progress
+from common import (
+    bench_parser,
+    load_1min,
+    markdown_table,
+    median_and_spread,
+    print_header,
+    progress,
+)
 
 from grader.autograde import autograde, register_all
 from grader.checks import EXERCISES
@@ -727,8 +723,28 @@ def grading_workspace(keep: Path | None, prefix: str) -> Iterator[Path]:
         yield Path(scratch).resolve()
 
 
+def arguments() -> argparse.ArgumentParser:
+    parser = bench_parser(__doc__)
+    parser.add_argument("--runs", type=int, default=3, help="runs of each of our configurations")
+    parser.add_argument("--stock-runs", type=int, default=2, help="runs of stock nbgrader (demo)")
+    parser.add_argument("--students", type=int, default=50, help="size of the generated class")
+    parser.add_argument(
+        "--stock-students", type=int, default=9, help="generated students stock nbgrader grades"
+    )
+    parser.add_argument("--generated-runs", type=int, default=1, help="runs on the generated class")
+    parser.add_argument("--skip-stock", action="store_true", help="do not run stock nbgrader")
+    parser.add_argument("--skip-demo", action="store_true", help="skip the demo class")
+    parser.add_argument("--skip-generated", action="store_true", help="skip the generated class")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="keep gradebooks and logs here (without it, a scratch folder, removed at the end)",
+    )
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = options(__doc__, argv)
+    args = arguments().parse_args(argv)
     with grading_workspace(args.keep, prefix="grading-bench-") as work:
         sandbox = sandbox_available()
         print_header("Grading throughput: stock nbgrader vs ours")

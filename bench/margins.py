@@ -13,19 +13,18 @@ float64 oracle where a check uses one): it must stay well below 1.
 
     .venv/bin/python bench/margins.py [options]
 
-Options:
-    --seeds (int): grading seeds per hidden check. Default: 5
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import markdown_table, options, print_header, progress
+from common import bench_parser, markdown_table, print_header, progress
 
 from grader.checks import EXERCISES
 from grader.checks.core import Check, Exercise, expected_outputs, margin, outputs_of
@@ -76,8 +75,14 @@ def exercise_rows(exercise: Exercise, seeds: range) -> list[list[object]]:
     return rows
 
 
+def arguments() -> argparse.ArgumentParser:
+    parser = bench_parser(__doc__)
+    parser.add_argument("--seeds", type=int, default=5, help="grading seeds per hidden check")
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = options(__doc__, argv)
+    args = arguments().parse_args(argv)
     print_header("Margins: each known mistake against the tolerance of its checks")
     rows = []
     for exercise in EXERCISES.values():

@@ -21,18 +21,17 @@ way.
 
     .venv/bin/python bench/mutants.py [options]
 
-Options:
-    --seed (int): grading seed. Default: 0
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import markdown_table, options, print_header, progress
+from common import bench_parser, markdown_table, print_header, progress
 from mutation import (
     OUTCOMES,
     judge_mutant,
@@ -84,8 +83,14 @@ def row(name: str, counts: Counter) -> list[object]:
     ]
 
 
+def arguments() -> argparse.ArgumentParser:
+    parser = bench_parser(__doc__)
+    parser.add_argument("--seed", type=int, default=0, help="grading seed")
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = options(__doc__, argv)
+    args = arguments().parse_args(argv)
     print_header("Mutation score: one-place mutants of each solution, graded")
     rows, total = [], Counter()
     cells = solution_cells()

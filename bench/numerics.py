@@ -11,15 +11,11 @@ thread and with torch's default.
 
     .venv/bin/python bench/numerics.py [options]
 
-Options:
-    --rows (int): rows per draw (accuracy). Default: 1024
-    --features (int): normalized size (accuracy). Default: 1024
-    --seeds (int): independent draws per offset. Default: 5
-    --repeats (int): timed calls per measurement. Default: 50
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
@@ -31,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_1min, markdown_table, options, print_header, progress
+from common import bench_parser, load_1min, markdown_table, print_header, progress
 
 from grader.reference import functional as reference
 
@@ -153,8 +149,17 @@ def speed_rows(repeats: int, thread_counts: list[int]) -> list[list[object]]:
     return table
 
 
+def arguments() -> argparse.ArgumentParser:
+    parser = bench_parser(__doc__)
+    parser.add_argument("--rows", type=int, default=1024, help="rows per draw (accuracy)")
+    parser.add_argument("--features", type=int, default=1024, help="normalized size (accuracy)")
+    parser.add_argument("--seeds", type=int, default=5, help="independent draws per offset")
+    parser.add_argument("--repeats", type=int, default=50, help="timed calls per measurement")
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = options(__doc__, argv)
+    args = arguments().parse_args(argv)
 
     default_threads = torch.get_num_threads()
     print_header("Numerics of the reference LayerNorm")
