@@ -1,5 +1,5 @@
 """The course's command line (`grader <command> --help` for each): init, release, autograde,
-feedback, export, report, demo for instructors; check for students."""
+feedback, export, report, collect, roster, demo for instructors; check for students."""
 
 from __future__ import annotations
 

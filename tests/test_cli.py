@@ -545,3 +545,14 @@ def test_the_run_ends_with_a_score_table_of_points_and_what_failed(class_run):
     assert f" {full:g} " in rows["ada"]
     assert "timed out" in rows["gus"] and "crashed" in rows["fay"]
     assert not {"*", "bob "} & set(rows)  # ids nbgrader cannot store have no row
+
+
+def test_a_course_config_that_cannot_be_loaded_is_one_line_naming_it(tmp_path, capsys):
+    course = tmp_path / "course"
+    assert main(["init", str(course)]) == 0
+    with (course / "nbgrader_config.py").open("a") as config:
+        config.write("c.LateSubmissionPlugin.penalty_method = undefined_name\n")
+    (course / "gradebook.db").write_bytes(b"x")  # past the "not graded" check
+    capsys.readouterr()
+    error = refusal_line(["export", "--course", str(course)], capsys)
+    assert f"{course}/nbgrader_config.py cannot be loaded: NameError" in error

@@ -20,8 +20,8 @@ from matplotlib.figure import Figure  # no pyplot: no display backend, no global
 from nbgrader.api import Gradebook, MissingEntry
 
 from grader.course import UNJUDGED, Course, ExerciseResult, Results
-from grader.course.config import assignments
 from grader.gradebook.config import gradebook_url
+from grader.gradebook.records import released
 
 TOP_MISTAKES = 5
 
@@ -85,7 +85,7 @@ def write_reports(course: Course, students: list[str], folder: Path) -> list[Pat
     """One page per assignment someone handed in, in `folder`; returns the pages written."""
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for assignment in assignments():
+    for assignment in released(course):  # an assignment never released has no points
         scores, points = notebook_scores(course, assignment, students)
         if not scores:
             continue
