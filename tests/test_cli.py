@@ -434,7 +434,7 @@ def one_released(tmp_path_factory):
     write_class(root / "SUB", {"ada": PROFILES["ada"]})
     for assignment in assignments()[:2]:
         shutil.copytree(
-            root / "SUB" / "ada" / assignment, course / "submitted" / "ada" / assignment
+            root / "SUB" / "ada" / assignment, Layout.of(course).submitted / "ada" / assignment
         )
     capture = io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(capture):
@@ -476,7 +476,7 @@ def test_every_command_grades_with_the_courses_own_nbgrader_config(tmp_path):
         config.write('c.LateSubmissionPlugin.penalty_method = "zero"\n')
     write_class(tmp_path / "SUB", {"ada": PROFILES["ada"]})
     for student in ("dave", "eve"):  # both late; eve has three days more
-        handed = course / "submitted" / student / ASSIGNMENT
+        handed = Layout.of(course).submitted / student / ASSIGNMENT
         shutil.copytree(tmp_path / "SUB" / "ada" / ASSIGNMENT, handed)
         (handed / "timestamp.txt").write_text(LATE)
     nbgrader(course, "generate_assignment", ASSIGNMENT)
@@ -522,7 +522,7 @@ def test_a_regrade_of_a_student_draws_the_hidden_inputs_of_their_recorded_grade(
     monkeypatch.chdir(tmp_path)
     argv = ["autograde", "SUB", "--course", "c", "--assignment", ASSIGNMENT, "--jobs", "1"]
     argv += ["--unsafe-no-sandbox"]
-    results = tmp_path / "c" / "results" / "ivy" / f"{ASSIGNMENT}.json"
+    results = Course(tmp_path / "c").results_file("ivy", ASSIGNMENT)
 
     def run(*options: str) -> tuple[str, str]:
         capture = io.StringIO()

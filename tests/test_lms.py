@@ -15,6 +15,7 @@ import pytest
 from nbgrader.api import Gradebook
 
 from grader.cli import main
+from grader.course import Layout
 from grader.course.config import assignments, use_this_environment
 from grader.gradebook.rosters import FORMULA_STARTS, inert
 
@@ -230,7 +231,7 @@ def due(course: Path) -> Path:
 def collected(course: Path) -> dict[str, tuple[bytes, str]]:
     """student -> (their notebook's bytes, their timestamp.txt or '')."""
     found = {}
-    for notebook in sorted((course / "submitted").glob(f"*/{FIRST}/{FIRST}.ipynb")):
+    for notebook in sorted(Layout.of(course).submitted.glob(f"*/{FIRST}/{FIRST}.ipynb")):
         stamp = notebook.with_name("timestamp.txt")
         found[notebook.parents[1].name] = (
             notebook.read_bytes(),

@@ -27,7 +27,7 @@ import nbformat
 import pytest
 
 from grader.cli import build_parser
-from grader.course import Layout, fetched_feedback, notebook_path
+from grader.course import Layout, fetched_feedback, nbgrader_metadata, notebook_path
 from grader.course.config import REPO, assignments
 from grader.course.intake import exercises_of, source_notebook
 from grader.grading.sandbox import available
@@ -220,7 +220,7 @@ def test_the_csv_header_example_has_the_assignments_real_points():
     """README's `01_layer_norm (N pts)`: the points of its graded cells, written ones included."""
     assignment = assignments()[0]
     notebook = nbformat.read(notebook_path(REPO / "notebooks", assignment), as_version=4)
-    points = sum(c.metadata.get("nbgrader", {}).get("points", 0) for c in notebook.cells)
+    points = sum(nbgrader_metadata(c).get("points", 0) for c in notebook.cells)
     assert f"`{assignment} ({points:g} pts)`" in (REPO / "README.md").read_text()
 
 

@@ -199,7 +199,7 @@ def uncalled(sources: dict[str, str]) -> list[str]:
         tree = ast.parse(text)
         read = _global_reads(tree)
         for node in tree.body:
-            if not isinstance(node, ast.FunctionDef | ast.ClassDef):
+            if not isinstance(node, ast.FunctionDef | ast.ClassDef) or _connected(node):
                 continue
             name = node.name
             if name not in read and not any(
@@ -207,6 +207,12 @@ def uncalled(sources: dict[str, str]) -> list[str]:
             ):
                 found.append(f"{path}: {name}")
     return found
+
+
+def _connected(node: ast.FunctionDef | ast.ClassDef) -> bool:
+    """Registered to a signal by its decorator (`@worker_process_init.connect`): the signal is
+    its caller."""
+    return any(isinstance(d, ast.Attribute) and d.attr == "connect" for d in node.decorator_list)
 
 
 def _global_reads(node: ast.AST, local: frozenset[str] = frozenset()) -> set[str]:

@@ -34,7 +34,7 @@ from traitlets.config import Config
 
 from grader.autograde import register_all
 from grader.cli import main
-from grader.course import Course, fetched_feedback, notebook_path
+from grader.course import Course, Layout, fetched_feedback, notebook_path
 from grader.course.config import assignments, use_this_environment
 from grader.gradebook.config import course_settings, gradebook_url
 from grader.grading.sandbox import available
@@ -314,7 +314,7 @@ def worker(broker: str, course: Path, name: str) -> subprocess.Popen:
     env = {
         **os.environ,
         "GRADER_BROKER": broker,
-        "GRADER_SOURCE": str(course / "source"),
+        "GRADER_SOURCE": str(Layout.of(course).source),
         "GRADER_VISIBILITY_SECONDS": "15",  # a killed worker's task is back within seconds
     }
     command = [sys.executable, "-m", "celery", "-A", "grader.serve.queue", "worker"]

@@ -41,6 +41,16 @@ SANDBOX_TMP_BYTES = 256 << 20  # the sandbox's private /tmp
 # a loaded machine; and the wait for a killed student's sandbox to be gone, its pipes closed.
 PRESTART_SECONDS = 120
 PRESTART_KILLED_SECONDS = 10
+# A late file of an LMS download is timestamped this long after the due date: the download says
+# that it was late, not when, and nbgrader's late penalty needs a time (gradebook/downloads.py).
+LATE_BY_SECONDS = 1
+# `grader serve`: how often the inbound is looked at when there is nothing to do; the waits
+# before grading again after a grader fault; how long the broker and its workers may take to
+# answer one request.
+POLL_SECONDS = 2.0
+RETRY_SECONDS = (5, 15, 60, 300)
+BROKER_SOCKET_SECONDS = 5
+WORKER_PING_SECONDS = 1.0
 # Seconds nbgrader's own Execute may run one cell (`nbgrader autograde`, `nbgrader validate`).
 CELL_SECONDS = 60
 

@@ -32,6 +32,7 @@ from pathlib import Path, PurePosixPath
 from nbgrader.api import Gradebook, MissingEntry
 
 from grader.course import Course, notebook_path
+from grader.course.config import LATE_BY_SECONDS
 from grader.course.discovery import why_unstorable
 from grader.course.layout import EXCHANGE_FILES
 from grader.gradebook.config import gradebook_url
@@ -43,7 +44,7 @@ CANVAS_NAME = re.compile(
 MOODLE_NAME = re.compile(r"^(?P<key>.+?)_(?P<participant>\d+)_assignsubmission_\w+?_(?P<file>.*)$")
 ATTEMPT = re.compile(r"^(?P<stem>.+?)(?:-(?P<dash>\d+)| \((?P<paren>\d+)\))?$")
 MAX_MEMBER_BYTES = 20 << 20  # as a submitted notebook (grader.course.intake)
-LATE_BY = datetime.timedelta(seconds=1)
+LATE_BY = datetime.timedelta(seconds=LATE_BY_SECONDS)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,12 @@ from traitlets.config import Config
 
 from grader.autograde import register_all
 from grader.course import Course, write_atomically
+from grader.course.config import (
+    BROKER_SOCKET_SECONDS,
+    POLL_SECONDS,
+    RETRY_SECONDS,
+    WORKER_PING_SECONDS,
+)
 from grader.course.intake import Submission, submitted_bytes
 from grader.course.intake import fingerprint as notebook_fingerprint
 from grader.gradebook import records
@@ -48,9 +54,6 @@ from grader.serve import exchange, queue
 from grader.serve.exchange import HandIn
 from grader.serve.policy import GradeOnSubmit
 from grader.serve.queue import Grading
-
-POLL_SECONDS = 2.0  # how often the inbound is looked at when there is nothing to do
-RETRY_SECONDS = (5, 15, 60, 300)  # waits before grading again after a grader fault
 
 
 @dataclass
@@ -115,7 +118,10 @@ class Queued:
 
     def __init__(self, broker: str) -> None:
         queue.app.conf.broker_url = queue.app.conf.result_backend = broker
-        self.broker, self.redis = broker, redis.Redis.from_url(broker, socket_timeout=5)
+        self.broker, self.redis = (
+            broker,
+            redis.Redis.from_url(broker, socket_timeout=BROKER_SOCKET_SECONDS),
+        )
         self.sent: dict[str, Job] = {}  # by task id
         self.unsent: dict[str, Job] = {}
         self.broker_run: str | None = None
@@ -426,7 +432,9 @@ def workers_on(broker: str) -> list[str]:
     """The names of the Celery workers answering on `broker` now."""
     queue.app.conf.broker_url = queue.app.conf.result_backend = broker
     try:
-        return sorted(name for reply in queue.app.control.ping(timeout=1.0) for name in reply)
+        return sorted(
+            name for reply in queue.app.control.ping(timeout=WORKER_PING_SECONDS) for name in reply
+        )
     except (redis.RedisError, kombu.exceptions.OperationalError):
         return []
 
