@@ -45,11 +45,11 @@ def test_each_known_mistake_loses_points_and_is_named(mistake):
 
 def test_a_norm_useless_in_evaluation_mode_fails_the_training_check_by_far():
     """Running statistics never updated: evaluation normalizes with 0 and 1 and the trained
-    network collapses, far outside the 0.05 the check allows, on every grading seed."""
+    network collapses, far outside the 0.2 the check allows, on every grading seed."""
     useless = known_mistake(MY_BATCH_NORM_1D, "running stats not updated")
     for seed in SEEDS:
         gap = _trained_accuracy(MY_BATCH_NORM_1D.reference, seed) - _trained_accuracy(useless, seed)
-        assert gap > 0.3, gap
+        assert gap > 0.4, gap  # twice the tolerance
         verdict = run(MY_BATCH_NORM_1D, useless, hidden=True, seed=seed, source="")
         failed = [o.check.description for o in verdict.outcomes if not o.passed]
         assert any(TRAINED in d for d in failed), verdict.render()

@@ -11,8 +11,8 @@ on 600 of scikit-learn's bundled digits (SGD, 24 steps) and evaluated in evaluat
 held-out digits, the way a deployed model is. The reference module trained the same way (same
 initial weights, same mini-batches) gives the accuracy to reach. A correct module follows the
 reference's trajectory up to rounding: its accuracy is within a few test digits of the
-reference's. The check allows 0.05 either way, and a norm that does not normalize in evaluation
-mode (running statistics never updated, or never used) falls far below it (tests/test_checks.py).
+reference's. The check allows 0.2 either way, and a norm that does not normalize in evaluation
+mode (running statistics never updated) falls far below it (tests/test_checks_training.py).
 
 Rubric (8 points): the training outputs 2 (the table of notebook 02, and batches of 4 values per
 channel, which tell the biased variance), the running statistics 2 (the stored variance and the
@@ -137,9 +137,12 @@ def _trained(rng: np.random.Generator) -> Arrays:
     }
 
 
-# ±0.05 of the reference's accuracy: ~60 of the 1,197 test digits. Rounding differences move a
-# correct module's accuracy by a few digits; a norm useless in evaluation mode by hundreds.
-TRAINED = {"rtol": 0.0, "atol": 0.05}
+# ±0.2 of the reference's accuracy. Rounding differences move a correct module's accuracy by a
+# few of the 1,197 test digits, and the slips that still normalize (a variance, the momentum) by
+# at most 0.065 over 8 seeds (under a third of the tolerance); the check is for a norm useless in
+# evaluation mode, which loses 0.46 or more (over twice the tolerance), so that
+# neither kind sits near the tolerance on any grading seed (tests/test_checks.py).
+TRAINED = {"rtol": 0.0, "atol": 0.2}
 
 MY_BATCH_NORM_1D = Exercise(
     name="MyBatchNorm1d",
@@ -178,18 +181,18 @@ MY_BATCH_NORM_1D = Exercise(
         ),
         hidden(
             1,
-            "evaluation mode on another batch, with running statistics elsewhere than 0 and 1: "
-            "normalized with them, which it leaves unchanged",
+            "evaluation mode on another batch, with running statistics elsewhere than 0 and 1 "
+            "and eps 1e-3: normalized with them, which it leaves unchanged",
             judging(
                 "evaluation",
-                lambda rng: _bn_steps(rng, (64, 3), steps=0, eval_n=5, random_start=True),
+                lambda rng: _bn_steps(rng, (64, 3), steps=0, eval_n=5, random_start=True, eps=1e-3),
             ),
             twin=0.5,
         ),
         hidden(
             3,
             "after every hidden Linear of the 10-layer MLP, trained on 600 digits and evaluated "
-            "in evaluation mode: test accuracy within 0.05 of nn.BatchNorm1d's",
+            "in evaluation mode: test accuracy within 0.2 of nn.BatchNorm1d's",
             _trained,
             twin=1.5,
             **TRAINED,
