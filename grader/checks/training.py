@@ -91,6 +91,10 @@ _IN_A_MODULE = {
         "Your statistics run over each sample's features (LayerNorm's axis); BatchNorm's run "
         "over the batch, for each feature (dim 0)."
     ),
+    "eps argument ignored": (
+        "Your module ignores the `eps` it is given (it always uses 1e-5): BatchNorm adds the "
+        "ε it was constructed with, which matters when a feature's variance is close to ε."
+    ),
 }
 
 MODULE_MISTAKES = tuple(
