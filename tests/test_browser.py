@@ -56,7 +56,7 @@ from grader.autograde import autograde
 from grader.checks import EXERCISES
 from grader.cli import main
 from grader.course import Course, grade_id_of_tests, notebook_path
-from grader.course.config import REPO, SOLUTIONS, assignments
+from grader.course.config import RELEASE, REPO, SOLUTIONS, assignments
 from grader.course.intake import answer_source, exercises_of, source_notebook
 from grader.gradebook.records import cell_scores
 from grader.grading.sandbox import available
@@ -212,6 +212,10 @@ def graded_course(tmp_path_factory) -> Path:
     assert main(["init", str(base / "course")]) == 0
     set_exchange(base / "course", base / "exchange")
     course = Course(base / "course")
+    for assignment in ASSIGNMENTS:  # released, as `nbgrader generate_assignment` leaves them
+        release = notebook_path(course.release, assignment)
+        release.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(notebook_path(RELEASE, assignment), release)
     write_class(course.submitted, STUDENTS)
     # Our own sample code: run without the sandbox, so bubblewrap is not needed here.
     outcomes = autograde(course.submitted, course, jobs=2, sandbox=None, progress=False)

@@ -298,7 +298,7 @@ def class_run(tmp_path_factory):
 
 def autograde_class(root: Path) -> tuple[int, str]:
     """`grader autograde SUB --course course` run in `root`: its exit status and output."""
-    argv = ["autograde", "SUB", "--course", "course", "--jobs", "2", "--timeout", "1"]
+    argv = ["autograde", "SUB", "--course", "course", "--jobs", "2", "--timeout", "8"]
     argv += ["--seed", "1", "--unsafe-no-sandbox"]  # the sample class is the course's own code
     capture = io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(capture):

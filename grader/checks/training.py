@@ -169,8 +169,11 @@ MY_BATCH_NORM_1D = Exercise(
         ),
         hidden(
             1.5,
-            "batches of 4 values per feature, momentum 0.3: outputs",
-            judging("training outputs", lambda rng: _bn_steps(rng, (4, 5), steps=4, momentum=0.3)),
+            "batches of 4 values per feature, momentum 0.3, with weight and bias: outputs",
+            judging(
+                "training outputs",
+                lambda rng: _bn_steps(rng, (4, 5), steps=4, momentum=0.3, affine=True),
+            ),
             rtol=1e-4,
             atol=1e-4,
         ),
