@@ -217,6 +217,20 @@ def test_zip_collect_takes_an_lms_resubmission_and_says_so(cycle):
     assert score(course, "77", FIRST) == sum(expected_scores()[("ada", FIRST)].values())
 
 
+def test_zip_collect_takes_ids_only_from_the_top_of_the_download(cycle):
+    """A notebook inside a folder of the download (a student's own zip, extracted) is no one's:
+    its name would claim a classmate who never handed anything in."""
+    _, exchange, course, *_ = cycle
+    inside = course / "downloaded" / FIRST / "archive" / "nested"
+    inside.mkdir(parents=True)
+    planted = inside / f"eve_88_1003_{FIRST}.ipynb"
+    nbformat.write(PROFILES["ada"].build(FIRST), planted)
+    collector = "--collector=grader.gradebook.lms.ResubmissionCollector"
+    log = nbgrader("zip_collect", FIRST, collector, "--force", cwd=course, exchange=exchange)
+    assert "inside a folder of the download" in log
+    assert not (Layout.of(course).submitted / "88").exists()
+
+
 def test_the_lms_export_lists_the_whole_roster_with_each_assignments_points(cycle):
     """nbgrader's export with the course's plugin: a roster student who handed nothing in
     scores 0; each assignment's column says its points."""

@@ -166,6 +166,13 @@ class ResubmissionCollector(FileNameCollectorPlugin):
     ).tag(config=True)
 
     def collect(self, submitted_file: str) -> dict | None:
+        if not self._at_the_top(submitted_file):
+            self.log.warning(
+                "Skipped %s: inside a folder of the download (only the names the LMS gives at "
+                "its top say whose a file is)",
+                submitted_file,
+            )
+            return None
         info = super().collect(submitted_file)
         if not info:
             return info
@@ -190,6 +197,15 @@ class ResubmissionCollector(FileNameCollectorPlugin):
                 info["student_id"],
             )
         return {**info, "file_id": released}
+
+    def _at_the_top(self, path: str) -> bool:
+        """Whether `path` lies directly in zip_collect's extracted folder (its parent app's), not
+        in a folder or a student's own zip inside it, where any name could claim any student."""
+        app = self.parent
+        if app is None or not hasattr(app, "extracted_directory"):
+            return True  # not run by zip_collect: no download to be inside of
+        extracted = Path(app._format_collect_path(app.extracted_directory)).resolve()
+        return Path(path).resolve().parent == extracted
 
     def _newer_attempt(self, path: str, student: str, released: str, number: int) -> str:
         """A file beside `path` holding a later attempt of the same student's notebook."""
