@@ -46,6 +46,7 @@ class Clock:
 
     def __init__(self, job_seconds: float, exercise_seconds: float) -> None:
         self.job_deadline = time.monotonic() + job_seconds
+        self.exercise_seconds = exercise_seconds
         self.allowed = exercise_seconds + EXERCISE_GRACE_SECONDS
         self.running: str | None = None
         self._since = 0.0
@@ -131,5 +132,5 @@ def exchange(
             if fd >= 0:
                 os.close(fd)
     if overran is not None and overran not in protocol(bytes(out))[1]:
-        return timed_out(bytes(out), overran, clock.allowed - EXERCISE_GRACE_SECONDS), bytes(err)
+        return timed_out(bytes(out), overran, clock.exercise_seconds), bytes(err)
     return bytes(out), bytes(err)
