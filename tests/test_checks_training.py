@@ -3,14 +3,18 @@ network, judged on known answers: the solution, PyTorch's own module, each known
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
+import torch
 from conftest import SEEDS, cheats_earn_nothing, known_mistake
 from torch import nn
 
 from grader.checks import run
 from grader.checks.training import MY_BATCH_NORM_1D, _trained
-from grader.grading.sandboxed.probes import EVAL_ACCURACY, probe_my_batch_norm
+from grader.grading.sandboxed.probes import EVAL_ACCURACY, _sgd_step, probe_my_batch_norm
 
 TRAINED = "trained on 600 digits"
 
@@ -80,3 +84,37 @@ test_library_modules_earn_nothing = cheats_earn_nothing(
         ]
     }
 )
+
+
+def test_the_checks_sgd_step_is_torchs_to_the_bit():
+    """The probe's written-out SGD (`_sgd_step`) against torch.optim.SGD from the same weights."""
+    torch.manual_seed(0)
+    ours, theirs = nn.Linear(4, 3), nn.Linear(4, 3)
+    theirs.load_state_dict(ours.state_dict())
+    opt, velocity = torch.optim.SGD(theirs.parameters(), lr=0.05, momentum=0.9), {}
+    for _ in range(3):
+        x = torch.randn(8, 4)
+        for model in (ours, theirs):
+            model.zero_grad()
+            (model(x) ** 2).sum().backward()
+        _sgd_step(ours, velocity, 0.05, momentum=0.9)
+        opt.step()
+    for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_training_in_a_fresh_runner_imports_no_compiler():
+    """torch.optim's optimizers import torch._dynamo when built, 3 s of the exercise's own time
+    in a fresh runner; the probe trains without them."""
+    code = (
+        "import sys, numpy as np\n"
+        "from grader.checks.training import _trained\n"
+        "from grader.grading.sandboxed.probes import probe_my_batch_norm\n"
+        "from grader.reference.modules import BatchNorm\n"
+        "case = _trained(np.random.default_rng(0))\n"
+        "before = 'torch._dynamo' in sys.modules\n"
+        "probe_my_batch_norm(BatchNorm, case)\n"
+        "print(before, 'torch._dynamo' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "False"], done.stdout + done.stderr
