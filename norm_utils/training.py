@@ -1,23 +1,36 @@
 """Notebook 05's experiments: a deep MLP on scikit-learn's bundled digits, trained with and
 without normalization, and what is recorded while it trains.
 
-`load_digits` ships inside the scikit-learn wheel (1,797 8×8 images of the UCI optical digits),
-so nothing is downloaded. Everything is float32 and small enough that a run takes a fraction of a
-second on one core.
+`sklearn.datasets.load_digits` reads a file inside the scikit-learn wheel (1,797 8×8 images of
+the UCI optical digits), so nothing is downloaded; `digit_arrays` reads that file itself, since
+importing scikit-learn (and SciPy with it) takes seconds. Everything is float32 and small enough
+that a run takes a fraction of a second on one core.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["Digits", "Run", "accuracy", "deep_mlp", "digits", "evaluated", "train"]
+__all__ = [
+    "Digits",
+    "Run",
+    "accuracy",
+    "deep_mlp",
+    "digit_arrays",
+    "digits",
+    "evaluated",
+    "train",
+]
 
 Norm = Callable[[int], nn.Module] | None
 
@@ -32,14 +45,23 @@ class Digits:
     y_test: torch.Tensor
 
 
+@functools.cache
+def digit_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """`load_digits()`'s images, pixels scaled to [0, 1] as float32 (1797, 64), and its labels
+    (1797,): read from the file it reads (each row 64 pixels 0..16, then the label), without
+    importing scikit-learn."""
+    spec = importlib.util.find_spec("sklearn")  # finds the package without running it
+    assert spec is not None and spec.submodule_search_locations, "scikit-learn is not installed"
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    table = np.loadtxt(folder / "datasets" / "data" / "digits.csv.gz", delimiter=",")
+    return (table[:, :-1] / 16).astype(np.float32), table[:, -1].astype(np.int64)
+
+
 def digits(n_train: int = 1200, seed: int = 0) -> Digits:
     """The 1,797 digits, shuffled with `seed`: the first `n_train` to train on, the rest to test."""
-    from sklearn.datasets import load_digits  # imported here: only notebook 05 needs it
-
-    data = load_digits()
-    order = np.random.default_rng(seed).permutation(len(data.target))
-    x = torch.from_numpy((data.data[order] / 16).astype(np.float32))
-    y = torch.from_numpy(data.target[order].astype(np.int64))
+    images, labels = digit_arrays()
+    order = np.random.default_rng(seed).permutation(len(labels))
+    x, y = torch.from_numpy(images[order]), torch.from_numpy(labels[order])
     return Digits(x[:n_train], y[:n_train], x[n_train:], y[n_train:])
 
 

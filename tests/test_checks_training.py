@@ -15,6 +15,7 @@ from torch import nn
 from grader.checks import run
 from grader.checks.training import MY_BATCH_NORM_1D, _trained
 from grader.grading.sandboxed.probes import EVAL_ACCURACY, _sgd_step, probe_my_batch_norm
+from norm_utils.training import digit_arrays
 
 TRAINED = "trained on 600 digits"
 
@@ -118,3 +119,13 @@ def test_training_in_a_fresh_runner_imports_no_compiler():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["False", "False"], done.stdout + done.stderr
+
+
+def test_the_digits_are_scikit_learns_to_the_bit():
+    """`digit_arrays` reads load_digits' file itself (importing scikit-learn takes seconds)."""
+    from sklearn.datasets import load_digits
+
+    images, labels = digit_arrays()
+    data = load_digits()
+    assert np.array_equal(images, (data.data / 16).astype(np.float32))
+    assert np.array_equal(labels, data.target) and labels.dtype == np.int64

@@ -25,8 +25,6 @@ network, which is what the training check sees, but it is not a BatchNorm.
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 from torch import nn
 
@@ -37,6 +35,7 @@ from grader.checks.library import NORMALIZATIONS, forbid
 from grader.grading.sandboxed import probes
 from grader.grading.sandboxed.probes import probe_my_batch_norm
 from grader.reference.modules import BatchNorm
+from norm_utils.training import digit_arrays
 from normcheck.properties import BATCH_NORM_RUNNING, BATCH_NORM_TRAINING, evaluated_on_the_batch
 
 # ---------------------------------------------------------------------------------------------
@@ -115,18 +114,10 @@ N_TRAIN = 600
 RECIPE = {"lr": 0.05, "depth": 10, "width": 64, "batch": 100, "epochs": 4}
 
 
-@cache
-def _digits() -> tuple[np.ndarray, np.ndarray]:
-    from sklearn.datasets import load_digits  # imported here: only this check needs it
-
-    data = load_digits()
-    return (data.data / 16).astype(np.float32), data.target.astype(np.int64)
-
-
 def _trained(rng: np.random.Generator) -> Arrays:
     """The digits split at random into N_TRAIN to train on and the rest to test on, pixels in
     [0, 1]; the recipe, and a seed for the initial weights and the mini-batches' order."""
-    x, y = _digits()
+    x, y = digit_arrays()
     order = rng.permutation(len(y))
     train, test = order[:N_TRAIN], order[N_TRAIN:]
     r = RECIPE
