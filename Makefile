@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 # Two workers, a test file each: the grading suites already run their students in parallel.
-PYTEST_ARGS ?= -n 2 --dist loadfile
+PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
 # An index pip also searches, e.g. PyTorch's CPU builds (README: "Why torch==2.13.0 is pinned").
 # Empty by default: pip then uses its own configuration (PyPI, or a local wheel folder).
 TORCH_INDEX ?=

@@ -22,6 +22,24 @@ pytest_plugins = ["browser_fixtures"]
 # 2-core machine its spin-waiting made the suite several times slower.
 torch.set_num_threads(1)
 
+# The longest test files, longest first (measured with --durations): `make test` hands whole
+# files to its workers in collection order (--dist loadfile --no-loadscope-reorder), so starting
+# these first keeps one of them from running alone at the end.
+LONGEST_FIRST = (
+    "test_faults.py",
+    "test_readme.py",
+    "test_course.py",
+    "test_browser.py",
+    "test_release.py",
+    "test_run_all_unanswered.py",
+    "test_checks.py",
+    "test_grading.py",
+    "test_serve.py",
+    "test_cli.py",
+    "test_adversarial.py",
+)
+
+
 # Grading seeds every check must hold for: hidden inputs are drawn afresh in every grading run.
 SEEDS = (0, 1, 2**31 - 1)
 
@@ -105,8 +123,10 @@ SLOW_MODULES = {
 }
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         module = getattr(item, "module", None)
         if module is not None and module.__name__.split(".")[-1] in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))

@@ -1,4 +1,5 @@
-"""Run All on the student release with no exercise answered: every demo and experiment runs.
+"""Run All on the student release with no exercise answered, or answered wrong: every demo and
+experiment runs.
 
 After an exercise, a cell uses the student's function once it is written and the library's
 until then, saying so in one line (`norm_utils.answers.yours_or`), so that a student can preview
@@ -54,11 +55,16 @@ def _run_all(assignment: str, answers: dict[str, str] | None = None) -> nbformat
 
 
 @pytest.mark.parametrize("assignment", assignments())
-def test_run_all_on_the_unanswered_release_stops_at_nothing(assignment):
+def test_the_unanswered_release_fails_every_check_and_nothing_else(assignment, monkeypatch):
+    """Run as nbgrader's Validate runs it (NBGRADER_EXECUTION=validate): every check cell
+    raises, saying its exercise is not implemented yet (what `nbgrader validate --invert`
+    requires: no free points), and no other cell fails. As a student runs it, the check cells
+    print instead of raising (tests/test_browser.py runs every notebook so in JupyterLab)."""
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
     cells = [c for c in _run_all(assignment).cells if c.cell_type == "code"]
-    assert _errors(cells) == {}, "a cell failed with every exercise unanswered"
-    checks = [_text(c) for c in cells if is_test_cell(c)]
-    assert checks and all(NOT_IMPLEMENTED in text for text in checks)
+    checks = {i: _text(c) for i, c in enumerate(cells) if is_test_cell(c)}
+    assert checks and all(NOT_IMPLEMENTED in text for text in checks.values())
+    assert _errors(cells) == checks, "a cell failed with every exercise unanswered"
     # each cell that falls back says so, once
     fallbacks = [_text(c) for c in cells if "yours_or(" in c.source]
     assert fallbacks and all(t.count(f"{NOT_IMPLEMENTED}: this cell uses") == 1 for t in fallbacks)
