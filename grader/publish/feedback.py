@@ -30,7 +30,7 @@ from grader.course.config import assignments
 from grader.course.progress import Progress
 from grader.gradebook.config import gradebook_url
 from grader.gradebook.lms import EXPORTS
-from grader.gradebook.records import cell_grades
+from grader.gradebook.records import cell_grades, grades_to_review
 
 HIDDEN_REGION = re.compile(r"BEGIN HIDDEN TESTS|END HIDDEN TESTS|grade\(")
 
@@ -94,6 +94,7 @@ class Page:
     notebook: Path  # autograded/<student>/<assignment>/<assignment>.ipynb
     folder: Path  # feedback/<student>/<assignment>/
     grades: dict[str, tuple[float, float]]  # grade_id -> (score, points): auto or a TA's
+    reviews: dict[str, str]  # grade_id -> NOT_GRADED or STALE (records.grades_to_review)
     comments: dict[str, str]
     score: float
     max_score: float
@@ -101,7 +102,13 @@ class Page:
 
     def digest(self) -> str:
         """What the page is made from: when it is unchanged, so is the page."""
-        made_of = json.dumps([sorted(self.grades.items()), sorted(self.comments.items())])
+        made_of = json.dumps(
+            [
+                sorted(self.grades.items()),
+                sorted(self.reviews.items()),
+                sorted(self.comments.items()),
+            ]
+        )
         made_of += f"{self.score} {self.max_score} {self.late_penalty}"
         return hashlib.sha256(self.notebook.read_bytes() + made_of.encode()).hexdigest()
 
@@ -131,6 +138,7 @@ def feedback_pages(course: Course, students: list[str]) -> list[Page]:
                         notebook,
                         course.feedback_folder(student, assignment),
                         cell_grades(record),
+                        grades_to_review(record),
                         {c.name: c.comment or "" for c in record.comments},
                         record.score,
                         record.max_score,
@@ -181,10 +189,12 @@ class FeedbackExporter(HTMLExporter):
     def __init__(self) -> None:
         formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
         config = Config()
-        config.HTMLExporter.template_name = "feedback"
-        config.HTMLExporter.extra_template_basedirs = [str(formgrader / "templates")]
+        config.HTMLExporter.template_name = "course_feedback"  # nbgrader's "feedback", extended
+        ours = Path(__file__).parent / "templates"
+        config.HTMLExporter.extra_template_basedirs = [str(formgrader / "templates"), str(ours)]
         bootstrap = formgrader / "static" / "node_modules" / "bootstrap" / "dist" / "css"
-        config.HTMLExporter.extra_template_paths = [str(bootstrap)]
+        # formgrader's templates as a root too: ours extends 'feedback/index.html.j2'
+        config.HTMLExporter.extra_template_paths = [str(bootstrap), str(formgrader / "templates")]
         super().__init__(config=config)
         self._markdown = functools.lru_cache(maxsize=4096)(self._markdown_of)
 
@@ -249,6 +259,7 @@ def render_page(page: Page) -> None:
         meta, name = nbgrader_metadata(cell), grade_id(cell)
         if name in page.grades:
             meta["score"], meta["points"] = page.grades[name]
+            meta["review"] = page.reviews.get(name, "")
         if name in page.comments:
             meta["comment"] = page.comments[name]
     html, _ = _html_exporter().from_notebook_node(notebook, resources=resources)
