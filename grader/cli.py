@@ -402,7 +402,7 @@ def _demo(args: argparse.Namespace) -> int:
     from grader.course import Course
     from grader.grading.sandbox import available as sandbox_available
     from grader.publish.feedback import write_csv, write_feedback
-    from grader.release.demo import PROFILES, write_class
+    from grader.release.demo import PROFILES, write_class, written_answers_note
 
     source = _source(args)
     out = args.out.resolve()
@@ -420,6 +420,7 @@ def _demo(args: argparse.Namespace) -> int:
     print()
     for student in students:
         print(f"  {student}: {PROFILES[student].description}")
+    print(written_answers_note(source))
     print()
     print("Grades CSV:  ", write_csv(course, out / "grades.csv"))
     folder, problems = write_feedback(course, students, args.jobs, progress=True)

@@ -21,7 +21,6 @@ A screenshot of every step goes to build/browser-screenshots/test_assignment_cyc
 from __future__ import annotations
 
 import csv
-import html
 from pathlib import Path
 
 import nbformat
@@ -65,6 +64,7 @@ from grader.course import (
 from grader.course.config import assignments
 from grader.course.intake import exercises_of, source_notebook
 from grader.gradebook.lms import points_header
+from grader.publish.class_report import code_names
 from grader.release.demo import PROFILES
 
 pytestmark = BROWSER_TESTS
@@ -125,7 +125,7 @@ def test_an_assignment_from_release_to_the_lms(page, tmp_path, screenshots):
     assert f"1 student graded; mean {AUTOGRADED + TA_SCORE:.1f}, " in report
     points = EXERCISES[EXERCISE].points
     assert f"<tr><td>{EXERCISE}</td><td>{points:g}</td><td>{AUTOGRADED:.2f}</td>" in report
-    assert f"<li>1 × {html.escape(DIAGNOSIS)}</li>" in report
+    assert f"<li>1 × {code_names(DIAGNOSIS)}</li>" in report
 
 
 def autograde(course: Path, *options: str) -> list[str]:

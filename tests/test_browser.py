@@ -8,8 +8,9 @@ visible checks pass, and nbgrader's Validate button still fails the exercises le
 
 Instructor: a course folder made by `grader init`, where a small sample class was autograded,
 seen in formgrader inside JupyterLab started there: the assignments, their notebooks, the
-students, one student's scored notebook with its diagnosis, and the Autograde button grading a
-notebook replaced since it was graded. (The whole cycle, with manual grading and feedback:
+students, one student's scored notebook with its diagnosis, her feedback page read with the
+network off (the diagnosis wrapped in its box, the math typeset), and the Autograde button
+grading a notebook replaced since it was graded. (The whole cycle, with manual grading and feedback:
 tests/test_assignment_cycle.py.)
 
 A screenshot of every step goes to build/browser-screenshots/test_browser/ (the path is printed).
@@ -60,6 +61,7 @@ from grader.course.config import RELEASE, REPO, SOLUTIONS, assignments
 from grader.course.intake import answer_source, exercises_of, source_notebook
 from grader.gradebook.records import cell_scores
 from grader.grading.sandbox import available
+from grader.publish.feedback import write_feedback
 from grader.release.demo import PROFILES, write_class
 
 pytestmark = BROWSER_TESTS
@@ -278,6 +280,27 @@ def test_formgrader_shows_a_students_scores_and_diagnosis(page, instructor_lab, 
     out_of = re.search(r"/\s*([\d.]+)", cell.locator(".panel-heading").inner_text())
     assert out_of and float(out_of[1]) == EXERCISES[ANSWERED].points
     assert diagnosis in feedback.inner_text()
+
+
+def test_the_feedback_page_shows_its_diagnosis_whole_and_its_math_offline(
+    page, graded_course, screenshots
+):
+    """ivy's feedback page opened with the network off: her diagnosis wraps in its output box
+    (no line runs out of it) and the formulas are typeset (MathML), no TeX left raw."""
+    student, diagnosis = DIAGNOSED
+    course = Course(graded_course)
+    assert write_feedback(course, [student])[1] == []
+    page.context.set_offline(True)
+    page.goto((course.feedback_folder(student, FULL_RUN) / f"{FULL_RUN}.html").as_uri())
+    output = page.locator("div.output_area pre", has_text=diagnosis).first
+    screenshot(page, screenshots, "feedback-1-diagnosis-offline", output)
+    overflowing = "e => [e, e.closest('.output_subarea')].some(b => b.scrollWidth > b.clientWidth)"
+    assert not output.evaluate(overflowing), "a line of the diagnosis runs out of its box"
+    prose = page.locator(".text_cell_render").all_inner_texts()
+    assert [t for t in prose if "$" in t] == []
+    formula = page.locator(".text_cell_render math").first
+    screenshot(page, screenshots, "feedback-2-math-offline", formula)
+    assert formula.bounding_box()["width"] > 0
 
 
 @pytest.mark.skipif(not available(), reason="bubblewrap is not installed: the button grades in it")

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 from nbgrader.api import Gradebook
+from nbgrader.utils import is_grade
 
 from grader.autograde import discover, misnamed_folders
+from grader.checks import EXERCISES
 from grader.cli import build_parser, main
 from grader.course import Course, Layout, notebook_path
 from grader.course.config import DEMO_EXERCISE_SECONDS, RELEASE, REPO, assignments
@@ -24,7 +26,7 @@ from grader.course.discovery import why_unstorable
 from grader.course.intake import exercises_of, source_notebook
 from grader.grading.grade import DEFAULT_LIMITS
 from grader.grading.sandbox import available as sandbox_available
-from grader.release.demo import PROFILES, expected_scores, write_class
+from grader.release.demo import PROFILES, expected_scores, write_class, written_answers_note
 
 SECONDS = f"{DEFAULT_LIMITS.wall_seconds:g}"
 # (command and its required arguments, option's dest, default from its one source of truth,
@@ -556,3 +558,18 @@ def test_a_course_config_that_cannot_be_loaded_is_one_line_naming_it(tmp_path, c
     capsys.readouterr()
     error = refusal_line(["export", "--course", str(course)], capsys)
     assert f"{course}/nbgrader_config.py cannot be loaded: NameError" in error
+
+
+def test_the_demo_says_a_correct_notebooks_missing_points_are_the_written_answers():
+    """ada ('correct everywhere') earns every exercise's points; what she is short of, each
+    assignment's points less its exercises', is what the demo says a TA grades."""
+    note = written_answers_note()
+    short = {}
+    for assignment in assignments():
+        notebook = source_notebook(assignment)
+        points = sum(float(c.metadata.nbgrader.points) for c in notebook.cells if is_grade(c))
+        short[assignment] = points - sum(EXERCISES[e].points for e in exercises_of(notebook))
+    assert f"missing points ({sum(short.values()):g}: " in note
+    for assignment, points in short.items():
+        assert (f"{points:g} in {assignment}" in note) == (points > 0)
+    assert "written answers" in note

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import html
 import os
 import re
 import subprocess
@@ -26,7 +25,7 @@ from grader.course.config import assignments
 from grader.gradebook.lms import points_header
 from grader.gradebook.records import cell_scores
 from grader.grading.sandbox import available
-from grader.publish.class_report import write_reports
+from grader.publish.class_report import code_names, write_reports
 from grader.publish.feedback import write_feedback
 from grader.release.demo import PROFILES, expected_scores, write_class
 
@@ -160,7 +159,10 @@ def test_feedback_is_released_and_fetched_with_nbgraders_commands(nbgraders_feed
 
 
 def score_lines(page: Path) -> list[str]:
-    return re.findall(r"Score: [-\d.]+ / [\d.]+", page.read_text())
+    """Each score a page gives, as nbgrader's own page gives it: where ours says a written
+    answer is not graded yet, nbgrader's says 0."""
+    text = re.sub(r"not graded yet, ([\d.]+) points", r"Score: 0.0 / \1", page.read_text())
+    return re.findall(r"Score: [-\d.]+ / [\d.]+", text)
 
 
 def pages(course: Path) -> dict[Path, int]:
@@ -288,5 +290,16 @@ def test_the_class_report_counts_the_diagnoses_recorded_not_the_feedbacks_wordin
 
     (page,) = write_reports(course, sorted(mistaken), tmp_path / "reports")
     messages = {m.name: m.message for m in EXERCISES[exercise].mistakes}
+    report = page.read_text()
     for mistake in mistaken.values():
-        assert f"<li>1 × {html.escape(messages[mistake])}</li>" in page.read_text()
+        assert f"<li>1 × {code_names(messages[mistake])}</li>" in report
+    # Their written answers (the solution's) are still to grade by a person, each student's line
+    # says so, and both students attempted the exercise and got it wrong.
+    assert "<td>0</td><td>–</td><td>2</td></tr>" in report  # 0 graded, no mean, 2 to grade
+    for student in mistaken:
+        assert re.search(
+            rf"<tr><td>{student}</td><td>[\d.]+</td><td>{exercise}: [^<]*</td><td>1</td>", report
+        )
+    assert re.search(
+        rf"<tr><td>{exercise}</td>(<td>[^<]*</td>){{3}}<td>0 \(0%\)</td><td>2 ", report
+    )

@@ -45,13 +45,47 @@ def register(course: Course, api: NbGraderAPI, assignment: str) -> None:
 def record(course: Course, api: NbGraderAPI, submission: Submission, student: str) -> str:
     """nbgrader autograde of one graded notebook with its trusted results, then its stamp;
     returns why it could not be recorded ('' when it was)."""
+    standing = _standing_grades(course, student, submission)
     _stage(course, student, submission)
     result = api.autograde(submission.assignment, student, force=True, create=True)
     if not result["success"]:
         tail = (result.get("error") or result.get("log") or "").strip().splitlines()[-1:]
         return f"nbgrader could not record it: {' '.join(tail)}"
+    _keep_standing(course, student, submission.assignment, standing)
     write_atomically(course.stamp(student, submission.assignment), submission.fingerprint)
     return ""
+
+
+def _standing_grades(course: Course, student: str, submission: Submission) -> set[str]:
+    """The grade cells a person graded on the very notebook recorded again (the same bytes as
+    last time): nbgrader's autograde flags every hand-graded cell as needing grading again,
+    which is right for a resubmission (the answer may have changed) and wrong for a regrade
+    of the same answer."""
+    stamp = course.stamp(student, submission.assignment)
+    if not (stamp.is_file() and stamp.read_text() == submission.fingerprint):
+        return set()
+    assignment = submission.assignment
+    with Gradebook(gradebook_url(course)) as gradebook:
+        try:
+            notebook = gradebook.find_submission_notebook(assignment, assignment, student)
+        except MissingEntry:
+            return set()
+        return {
+            g.name
+            for g in notebook.grades
+            if g.manual_score is not None and not g.needs_manual_grade
+        }
+
+
+def _keep_standing(course: Course, student: str, assignment: str, names: set[str]) -> None:
+    if not names:
+        return
+    with Gradebook(gradebook_url(course)) as gradebook:
+        notebook = gradebook.find_submission_notebook(assignment, assignment, student)
+        for grade in notebook.grades:
+            if grade.name in names:
+                grade.needs_manual_grade = False
+        gradebook.db.commit()
 
 
 def _stage(course: Course, student: str, submission: Submission) -> None:
@@ -240,3 +274,19 @@ def cell_grades(notebook: SubmittedNotebook) -> dict[str, tuple[float | None, fl
     """Each graded cell's (score, points) in a notebook the gradebook holds, by grade_id: the
     autograder's score, or a TA's where one was given (nbgrader's `Grade.score`)."""
     return {g.name: (g.score, g.max_score) for g in notebook.grades}
+
+
+NOT_GRADED, STALE = "not graded", "stale"
+
+
+def grades_to_review(notebook: SubmittedNotebook) -> dict[str, str]:
+    """The graded cells whose score is not a person's verdict on the answer as it stands, by
+    grade_id: NOT_GRADED when a person is still to grade it (nbgrader's `needs_manual_grade`,
+    and no score but the autograder's none), STALE when a person graded it before the
+    notebook was autograded again (nbgrader flags the cell and keeps their `manual_score`)."""
+    flagged = [g for g in notebook.grades if g.needs_manual_grade]
+    return {
+        g.name: NOT_GRADED if g.manual_score is None else STALE
+        for g in flagged
+        if g.manual_score is not None or g.auto_score is None
+    }

@@ -10,14 +10,17 @@ import re
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import nullcontext
 from dataclasses import dataclass
+from html import escape
 from pathlib import Path
 
 import nbformat
 import nbgrader
 from jinja2 import pass_context
 from jupyter_core.paths import jupyter_config_dir
+from latex2mathml.converter import convert as latex_to_mathml
 from nbconvert.exporters import HTMLExporter, TemplateExporter
 from nbconvert.filters.highlight import Highlight2HTML
+from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
 from nbformat import NotebookNode
@@ -30,7 +33,7 @@ from grader.course.config import assignments
 from grader.course.progress import Progress
 from grader.gradebook.config import gradebook_url
 from grader.gradebook.lms import EXPORTS
-from grader.gradebook.records import cell_grades
+from grader.gradebook.records import cell_grades, grades_to_review
 
 HIDDEN_REGION = re.compile(r"BEGIN HIDDEN TESTS|END HIDDEN TESTS|grade\(")
 
@@ -94,6 +97,7 @@ class Page:
     notebook: Path  # autograded/<student>/<assignment>/<assignment>.ipynb
     folder: Path  # feedback/<student>/<assignment>/
     grades: dict[str, tuple[float, float]]  # grade_id -> (score, points): auto or a TA's
+    reviews: dict[str, str]  # grade_id -> NOT_GRADED or STALE (records.grades_to_review)
     comments: dict[str, str]
     score: float
     max_score: float
@@ -101,7 +105,13 @@ class Page:
 
     def digest(self) -> str:
         """What the page is made from: when it is unchanged, so is the page."""
-        made_of = json.dumps([sorted(self.grades.items()), sorted(self.comments.items())])
+        made_of = json.dumps(
+            [
+                sorted(self.grades.items()),
+                sorted(self.reviews.items()),
+                sorted(self.comments.items()),
+            ]
+        )
         made_of += f"{self.score} {self.max_score} {self.late_penalty}"
         return hashlib.sha256(self.notebook.read_bytes() + made_of.encode()).hexdigest()
 
@@ -131,6 +141,7 @@ def feedback_pages(course: Course, students: list[str]) -> list[Page]:
                         notebook,
                         course.feedback_folder(student, assignment),
                         cell_grades(record),
+                        grades_to_review(record),
                         {c.name: c.comment or "" for c in record.comments},
                         record.score,
                         record.max_score,
@@ -169,6 +180,32 @@ def _current(page: Page) -> bool:
 
 NO_ALT = re.compile(r"<img(?![^>]*\balt=)")
 MISSING_ALT = '<img alt="No description has been provided for this image"'
+# nbgrader's page loads MathJax from a CDN: offline, its math would stay raw TeX. Ours is
+# MathML (MathMLRenderer), and in MathJax's place goes our style: an output line as long as a
+# diagnosis wraps in its box instead of running out of it.
+MATHJAX = re.compile(r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->", re.S)
+OUR_STYLE = "<style>div.output_area pre { white-space: pre-wrap; overflow-wrap: anywhere; }</style>"
+
+
+class MathMLRenderer(IPythonRenderer):
+    """nbconvert's Markdown renderer, with its math as MathML, which browsers typeset with
+    nothing to load; TeX MathML cannot say stays as its text, in code."""
+
+    def inline_math(self, body: str) -> str:
+        return _mathml(body, "inline")
+
+    def block_math(self, body: str) -> str:
+        return _mathml(body, "block")
+
+    def latex_environment(self, name: str, body: str) -> str:
+        return _mathml(f"\\begin{{{name}}}{body}\\end{{{name}}}", "block")
+
+
+def _mathml(tex: str, display: str) -> str:
+    try:
+        return latex_to_mathml(tex, display=display)
+    except Exception:  # the library's many parse errors: any means the TeX is shown as text
+        return f"<code>{escape(tex)}</code>"
 
 
 class FeedbackExporter(HTMLExporter):
@@ -181,10 +218,12 @@ class FeedbackExporter(HTMLExporter):
     def __init__(self) -> None:
         formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
         config = Config()
-        config.HTMLExporter.template_name = "feedback"
-        config.HTMLExporter.extra_template_basedirs = [str(formgrader / "templates")]
+        config.HTMLExporter.template_name = "course_feedback"  # nbgrader's "feedback", extended
+        ours = Path(__file__).parent / "templates"
+        config.HTMLExporter.extra_template_basedirs = [str(formgrader / "templates"), str(ours)]
         bootstrap = formgrader / "static" / "node_modules" / "bootstrap" / "dist" / "css"
-        config.HTMLExporter.extra_template_paths = [str(bootstrap)]
+        # formgrader's templates as a root too: ours extends 'feedback/index.html.j2'
+        config.HTMLExporter.extra_template_paths = [str(bootstrap), str(formgrader / "templates")]
         super().__init__(config=config)
         self._markdown = functools.lru_cache(maxsize=4096)(self._markdown_of)
 
@@ -198,16 +237,29 @@ class FeedbackExporter(HTMLExporter):
         )
         self.register_filter("filter_data_type", data_types)
         html, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
-        return NO_ALT.sub(MISSING_ALT, html), resources
+        return MATHJAX.sub(OUR_STYLE, NO_ALT.sub(MISSING_ALT, html)), resources
 
     @pass_context
     def markdown2html(self, context, source: str) -> str:
         if context.get("cell", {}).get("attachments"):
-            return super().markdown2html(context, source)
+            return self._render_markdown(context, source)
         return self._markdown(source)
 
     def _markdown_of(self, source: str) -> str:
-        return super().markdown2html({}, source)
+        return self._render_markdown({}, source)
+
+    def _render_markdown(self, context, source: str) -> str:
+        """HTMLExporter.markdown2html's rendering, with MathMLRenderer."""
+        renderer = MathMLRenderer(
+            escape=False,
+            attachments=context.get("cell", {}).get("attachments", {}),
+            embed_images=self.embed_images,
+            path=context.get("resources", {}).get("metadata", {}).get("path", ""),
+            anchor_link_text=self.anchor_link_text,
+            exclude_anchor_links=self.exclude_anchor_links,
+            **self.lexer_options,
+        )
+        return MarkdownWithMath(renderer=renderer).render(source)
 
 
 @functools.cache
@@ -249,6 +301,7 @@ def render_page(page: Page) -> None:
         meta, name = nbgrader_metadata(cell), grade_id(cell)
         if name in page.grades:
             meta["score"], meta["points"] = page.grades[name]
+            meta["review"] = page.reviews.get(name, "")
         if name in page.comments:
             meta["comment"] = page.comments[name]
     html, _ = _html_exporter().from_notebook_node(notebook, resources=resources)

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
-from nbgrader.utils import is_solution
+from nbgrader.utils import is_grade, is_solution
 
 from grader.checks import EXERCISES
 from grader.course import SETUP_ID, answer_cell, grade_id, is_test_cell, notebook_path
-from grader.course.config import RELEASE, assignments
+from grader.course.config import RELEASE, SOLUTIONS, assignments
 from grader.course.intake import exercises_of, source_notebook
 
 Notebook = nbformat.NotebookNode
@@ -229,3 +229,26 @@ def expected_scores(
     profiles: dict[str, Profile] = PROFILES,
 ) -> dict[tuple[str, str], dict[str, float]]:
     return {(s, a): p.expected(a) for s, p in profiles.items() for a in assignments()}
+
+
+def written_points(source: Path = SOLUTIONS) -> dict[str, float]:
+    """Each assignment's points for written answers: a person grades them (in formgrader),
+    never the checks, so a correct notebook is short of them until then."""
+    return {
+        a: sum(
+            float(c.metadata.nbgrader.points)
+            for c in source_notebook(a, source).cells
+            if c.cell_type == "markdown" and is_grade(c)
+        )
+        for a in assignments()
+    }
+
+
+def written_answers_note(source: Path = SOLUTIONS) -> str:
+    """What the demo says of ada's missing points."""
+    points = {a: p for a, p in written_points(source).items() if p}
+    each = ", ".join(f"{p:g} in {a}" for a, p in points.items())
+    return (
+        f"  ada's missing points ({sum(points.values()):g}: {each}) are the written answers: "
+        "a TA grades them in formgrader, the checks never do."
+    )
