@@ -9,7 +9,7 @@ here or in a demo is an answer.
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["yours_or"]
+__all__ = ["YoursOr", "yours_or"]
 
 
 def _why_not(answer: Callable) -> str:
@@ -30,7 +30,7 @@ def _why_not(answer: Callable) -> str:
     return f"fails {failing} of its {len(verdict.outcomes)} visible checks" if failing else ""
 
 
-def yours_or(answer: Callable, library: Callable, library_name: str) -> Callable:
+class YoursOr:
     r"""``answer`` where it passes its exercise's visible checks, else ``library``, with a
     one-line note: a wrong or partly written answer never breaks the demos after it.
 
@@ -39,11 +39,11 @@ def yours_or(answer: Callable, library: Callable, library_name: str) -> Callable
         library: a function or class of the same signature computing the same thing.
         library_name: how the note names ``library``.
 
-    Returns:
-        A callable that, the first time it is called, runs ``answer``'s visible checks (those
-        of its ``check`` cell); if they fail, or ``answer`` later raises (a class partly written;
-        but a ValueError, the refusal the exercises ask for, is the answer's to show), it prints
-        the note once and calls ``library`` from then on.
+    Calling it runs, the first time, ``answer``'s visible checks (those of its ``check``
+    cell); if they fail, or ``answer`` later raises (a class partly written; but a ValueError,
+    the refusal the exercises ask for, is the answer's to show), it prints the note once and
+    calls ``library`` from then on. ``used`` names the one it calls, so that a demo can print
+    what it really compared: the library with itself, while the exercise is not done.
 
     Example::
 
@@ -53,31 +53,47 @@ def yours_or(answer: Callable, library: Callable, library_name: str) -> Callable
         >>> ln(torch.ones(1, 2), (2,))
         `layer_norm` is not implemented yet: this cell uses F.layer_norm instead.
         tensor([[0., 0.]])
+        >>> ln.used
+        'F.layer_norm (in place of yours)'
     """
-    name = getattr(answer, "__name__", "this exercise")
-    chosen: list[Callable] = []
 
-    def fall_back(why: str) -> Callable:
-        print(f"`{name}` {why}: this cell uses {library_name} instead.")
-        chosen[:] = [library]
-        return library
+    def __init__(self, answer: Callable, library: Callable, library_name: str) -> None:
+        self._answer, self._library, self._library_name = answer, library, library_name
+        self._name = getattr(answer, "__name__", "this exercise")
+        self._chosen: Callable | None = None
 
-    def call(*args: Any, **kwargs: Any) -> Any:
-        if not chosen:
-            why = _why_not(answer)
-            if why:
-                fall_back(why)
-            else:
-                chosen.append(answer)
-        if chosen[0] is library:
-            return library(*args, **kwargs)
+    @property
+    def used(self) -> str:
+        """What the calls go to, in words: "your `layer_norm`", or "F.layer_norm (in place of
+        yours)" once the library stands in (choosing now if nothing was called yet)."""
+        if self._choose() is self._library:
+            return f"{self._library_name} (in place of yours)"
+        return f"your `{self._name}`"
+
+    def _choose(self) -> Callable:
+        if self._chosen is None:
+            why = _why_not(self._answer)
+            self._chosen = self._fall_back(why) if why else self._answer
+        return self._chosen
+
+    def _fall_back(self, why: str) -> Callable:
+        print(f"`{self._name}` {why}: this cell uses {self._library_name} instead.")
+        self._chosen = self._library
+        return self._library
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._choose() is self._library:
+            return self._library(*args, **kwargs)
         try:
-            return answer(*args, **kwargs)
+            return self._answer(*args, **kwargs)
         except ValueError:  # the refusal the exercises ask for (an empty sequence's mean): shown
             raise
         except NotImplementedError:  # a stub, or a class with a method still to write
-            return fall_back("is not implemented yet")(*args, **kwargs)
+            return self._fall_back("is not implemented yet")(*args, **kwargs)
         except Exception as error:  # a case its visible checks did not try
-            return fall_back(f"raised {type(error).__name__}")(*args, **kwargs)
+            return self._fall_back(f"raised {type(error).__name__}")(*args, **kwargs)
 
-    return call
+
+def yours_or(answer: Callable, library: Callable, library_name: str) -> YoursOr:
+    """The student's ``answer`` in a demo, or ``library`` while it is not done (`YoursOr`)."""
+    return YoursOr(answer, library, library_name)

@@ -79,17 +79,19 @@ def test_numerical_grad_agrees_with_autograd():
     torch.testing.assert_close(numeric, grad_x, atol=1e-8, rtol=0)
 
 
-def test_yours_or_uses_the_answer_when_it_is_written_and_says_when_it_is_not(capsys):
+def test_yours_or_uses_the_answer_when_it_is_written_and_says_which_it_used(capsys):
     def written(x):
         return x + 1
 
     def stub(x):
         raise NotImplementedError()
 
-    assert yours_or(written, lambda x: x - 1, "the library")(1) == 2
+    answer = yours_or(written, lambda x: x - 1, "the library")
+    assert answer(1) == 2 and answer.used == "your `written`"
     assert capsys.readouterr().out == ""
     fallback = yours_or(stub, lambda x: x - 1, "the library")
     assert [fallback(1), fallback(1)] == [0, 0]
+    assert fallback.used == "the library (in place of yours)"
     assert capsys.readouterr().out == (
         "`stub` is not implemented yet: this cell uses the library instead.\n"
     )

@@ -68,6 +68,9 @@ def test_the_unanswered_release_fails_every_check_and_nothing_else(assignment, m
     # each cell that falls back says so, once
     fallbacks = [_text(c) for c in cells if "yours_or(" in c.source]
     assert fallbacks and all(t.count(f"{NOT_IMPLEMENTED}: this cell uses") == 1 for t in fallbacks)
+    # a demo that prints whose result it compared names the library, never "your" answer
+    named = [_text(c) for c in cells if "yours_or(" in c.source and ".used" in c.source]
+    assert all("(in place of yours)" in t and "your `" not in t for t in named), named
 
 
 def _fallbacks(assignment: str) -> list[tuple[str, Any, str]]:
