@@ -4,7 +4,10 @@ its diagnosis in the student's HTML feedback, with no hidden test code shown."""
 from __future__ import annotations
 
 import html
+import os
 import re
+import threading
+import time
 from pathlib import Path
 
 import nbformat
@@ -137,3 +140,28 @@ def test_a_tas_grade_stands_through_a_regrade_and_is_stale_after_a_resubmission(
     page = feedback_page(course, student)
     assert f"Written response (Score: {POINTS - 0.5} / {POINTS}, graded before your " in page
     assert graded not in page
+
+
+_FORK_HANGS = threading.Event()
+os.register_at_fork(after_in_child=lambda: _FORK_HANGS.is_set() and time.sleep(3600))
+
+
+def test_pages_are_rendered_by_processes_not_forked_from_the_grader(recorded):
+    """A process forked from one with threads inherits their locks and runs libraries' after-fork
+    hooks (kombu's waited forever on a Redis socket): here a hook that never returns in a forked
+    child, which the page-rendering processes must not run."""
+    course, *_ = recorded
+    student = student_id(0)
+    for page in course.feedback_folder(student, FIRST).parent.glob("*/.*.sha256"):
+        page.unlink()  # every page made again
+    done: list = []
+    _FORK_HANGS.set()
+    try:
+        rendering = threading.Thread(
+            target=lambda: done.append(write_feedback(course, [student])), daemon=True
+        )
+        rendering.start()
+        rendering.join(timeout=300)
+    finally:
+        _FORK_HANGS.clear()
+    assert done and done[0][1] == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import multiprocessing
 import os
 import re
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -161,7 +162,11 @@ def write_feedback(
     pages = [p for p in feedback_pages(course, students) if not _current(p)]
     problems = []
     bar = Progress("feedback", len(pages), "pages") if progress else nullcontext()
-    with ProcessPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool, bar:
+    # Started by a fork server, not forked from here: a fork copies this process's threads'
+    # locks and runs libraries' after-fork hooks (kombu's waited forever on a Redis socket).
+    workers = jobs or os.cpu_count() or 1
+    context = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool, bar:
         futures = {pool.submit(render_page, page): page for page in pages}
         for future in as_completed(futures):
             page = futures[future]
