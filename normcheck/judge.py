@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -129,6 +129,13 @@ class Verdict:
         return bool(self.outcomes) and all(
             o.raised and o.problem == NOT_IMPLEMENTED.format(name=self.exercise.name)
             for o in self.outcomes
+        )
+
+    def visible(self) -> Verdict:
+        """What the visible checks alone say, as the student's own `check` says it: the
+        feedback a course may release before the due date (c.GradeOnSubmit.before_due)."""
+        return replace(
+            self, outcomes=[o for o in self.outcomes if not o.check.hidden], graded=False
         )
 
     @property

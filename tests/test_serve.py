@@ -9,16 +9,20 @@ first assignment (the shortest to grade)."""
 from __future__ import annotations
 
 import csv
+import html
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import nbformat
@@ -32,13 +36,15 @@ from nbgrader.exchange.default.submit import ExchangeSubmit
 from test_course import COURSE_ID, hand_in, nbgrader
 from traitlets.config import Config
 
-from grader.autograde import register_all
+from grader.autograde import register_all, sandboxed
 from grader.cli import main
 from grader.course import Course, Layout, fetched_feedback, notebook_path
 from grader.course.config import assignments, use_this_environment
 from grader.gradebook.config import course_settings, gradebook_url
 from grader.grading.sandbox import available
 from grader.release.demo import PROFILES
+from grader.serve import service
+from grader.serve.queue import Grading
 
 pytestmark = [
     pytest.mark.slow,
@@ -360,3 +366,52 @@ def test_a_burst_is_graded_once_each_in_order_through_a_worker_killed_and_a_brok
     assert sorted(graded) == students  # each recorded once
     expected = sum(PROFILES["ada"].expected(ASSIGNMENT).values())
     assert {recorded(folder)[s] for s in students} == {expected}
+
+
+def test_before_the_due_date_only_the_visible_checks_are_released_then_the_grade(
+    course, monkeypatch
+):
+    """c.GradeOnSubmit.before_due = "visible": the grade is recorded in full for the instructor,
+    the page released before the due date shows the visible checks and no score (nothing of
+    the hidden ones); once the due date has passed the service releases the full page by itself.
+    The service runs in this process (the one-box setup), on a clock the test moves."""
+    root, folder = course
+    due = datetime(2030, 1, 1)
+    course_ = Course(folder, Layout.of(folder).source)
+    with Gradebook(gradebook_url(course_), COURSE_ID) as gradebook:
+        gradebook.update_or_create_assignment(ASSIGNMENT, duedate=due)
+    clock = [due - timedelta(days=1)]
+    monkeypatch.setattr(service, "_utc_now", lambda: clock[0])
+    settings = course_settings(folder)
+    settings.GradeOnSubmit.before_due = "visible"
+    served = service.Service(
+        course_, settings, service.InProcess(Grading(course_.source, *sandboxed(course_.source)))
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=served.run, args=(stop,))
+    before = len(ledger(folder))
+    submit(root, "vic", profile="ivy")  # a wrong layer_norm: the hidden checks would tell more
+    thread.start()
+    try:
+        waited = time.monotonic()
+        while len(ledger(folder)) == before:
+            assert thread.is_alive() and time.monotonic() - waited < WAIT_SECONDS
+            time.sleep(0.5)
+        (early,) = fetch_feedback(root, "vic")
+        clock[0] = due + timedelta(seconds=1)
+        while any(e.get("visible_only") for e in ledger(folder).values()):
+            assert thread.is_alive() and time.monotonic() - waited < WAIT_SECONDS
+            time.sleep(0.5)
+        late = fetch_feedback(root, "vic")[-1]
+    finally:
+        stop.set()
+        thread.join(timeout=120)
+        with Gradebook(gradebook_url(course_), COURSE_ID) as gradebook:
+            gradebook.update_or_create_assignment(ASSIGNMENT, duedate=None)
+    expected = sum(PROFILES["ivy"].expected(ASSIGNMENT).values())
+    assert recorded(folder)["vic"] == expected  # the instructor's gradebook: the whole grade
+    assert "your grade is released after the due date" in early
+    assert "(hidden)" not in early and "visible checks pass" in early
+    shown = html.unescape(re.sub(r"<[^>]+>", "", early))
+    assert "Test cell (visible checks only" in shown and "Test cell (Score" not in shown
+    assert "(hidden)" in late and f"— {expected:g} of " in late

@@ -32,6 +32,7 @@ class ExerciseResult:
     feedback: str
     cause: str = ""  # "missing", "crash" or "timeout": why no output of it could be judged
     diagnoses: tuple[Diagnosis, ...] = ()  # the mistakes recognized, as the feedback names them
+    visible_feedback: str = ""  # what the visible checks alone say (`Verdict.visible`)
 
 
 @dataclass(frozen=True)

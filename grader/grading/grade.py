@@ -359,5 +359,11 @@ def _crashed(name: str, cases: int) -> tuple[list[Outputs], set[str]]:
 def _result(verdict: Verdict, cause: str) -> ExerciseResult:
     diagnoses = tuple(Diagnosis(m.name, m.message) for m in verdict.diagnoses)
     return ExerciseResult(
-        verdict.exercise.name, verdict.score, verdict.max_score, verdict.render(), cause, diagnoses
+        verdict.exercise.name,
+        verdict.score,
+        verdict.max_score,
+        verdict.render(),
+        cause,
+        diagnoses,
+        verdict.visible().render(),
     )

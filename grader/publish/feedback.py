@@ -29,9 +29,17 @@ from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.preprocessors import ClearHiddenTests
 from traitlets.config import Config
 
-from grader.course import EXCHANGE_FILES, Course, grade_id, nbgrader_metadata
+from grader.course import (
+    EXCHANGE_FILES,
+    Course,
+    exercise_of_test,
+    grade_id,
+    is_test_cell,
+    nbgrader_metadata,
+)
 from grader.course.config import assignments
 from grader.course.progress import Progress
+from grader.course.results import ExerciseResult, Results
 from grader.gradebook.config import gradebook_url
 from grader.gradebook.lms import EXPORTS
 from grader.gradebook.records import cell_grades, grades_to_review
@@ -103,6 +111,7 @@ class Page:
     score: float
     max_score: float
     late_penalty: float
+    results: Path  # the grader's results of the notebook (grader.course.results)
 
     def digest(self) -> str:
         """What the page is made from: when it is unchanged, so is the page."""
@@ -147,6 +156,7 @@ def feedback_pages(course: Course, students: list[str]) -> list[Page]:
                         record.score,
                         record.max_score,
                         record.late_submission_penalty or 0.0,
+                        course.results_file(student, assignment),
                     )
                 )
     return pages
@@ -292,11 +302,16 @@ def _html_exporter() -> FeedbackExporter:
     return _exporter
 
 
-def render_page(page: Page) -> None:
-    """Write one page, with the files nbgrader's release_feedback reads beside it."""
+def render_page(page: Page, visible_only: bool = False) -> None:
+    """Write one page, with the files nbgrader's release_feedback reads beside it. With
+    `visible_only` (grade on submit before a due date), each check cell shows what its visible
+    checks alone say and the page no score; such a page is never taken for the up-to-date one."""
     notebook = nbformat.read(page.notebook, as_version=4)
     info = {"student": page.student, "assignment": page.assignment, "notebook": page.assignment}
     info |= {"score": page.score - page.late_penalty, "max_score": page.max_score}
+    info |= {"visible_only": visible_only}
+    if visible_only:
+        _show_visible_checks_only(notebook, Results.load(page.results).by_name())
     resources = {"nbgrader": info | {"late_penalty": page.late_penalty}}
     resources["config_dir"] = jupyter_config_dir()  # custom.css, as nbgrader's pages include it
     notebook, resources = ClearHiddenTests(enforce_metadata=False).preprocess(notebook, resources)
@@ -316,7 +331,23 @@ def render_page(page: Page) -> None:
         kept = page.notebook.with_name(name)
         if kept.is_file():
             _replace(page.folder / name, kept.read_bytes())
-    _replace(page.stamp, page.digest().encode())
+    if visible_only:
+        page.stamp.unlink(missing_ok=True)
+    else:
+        _replace(page.stamp, page.digest().encode())
+
+
+def _show_visible_checks_only(notebook: NotebookNode, results: dict[str, ExerciseResult]) -> None:
+    """Each check cell's output replaced by what its exercise's visible checks say (a result
+    kept without it, a notebook graded before it was kept, says only why it was not judged)."""
+    for cell in notebook.cells:
+        if cell.cell_type != "code" or not is_test_cell(cell):
+            continue
+        result = results.get(exercise_of_test(grade_id(cell)))
+        if result is None:
+            continue
+        text = result.visible_feedback or (result.feedback if result.cause else "")
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text + "\n")]
 
 
 def _replace(path: Path, data: bytes) -> None:

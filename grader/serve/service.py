@@ -207,10 +207,16 @@ class Ledger:
             "order": len(self.entries),
             **details,
         }
-        name = hashlib.sha256(hand_in.name.encode()).hexdigest()[:32]
-        write_atomically(self.folder / f"{name}.json", json.dumps(entry))
-        self.entries[hand_in.name] = entry
+        self.entries[hand_in.name] = {}
+        self.update(hand_in.name, **entry)
         return entry
+
+    def update(self, name: str, **details) -> None:
+        """Change what is noted of submission `name` (an inbound name the ledger holds)."""
+        entry = self.entries[name] | details
+        digest = hashlib.sha256(name.encode()).hexdigest()[:32]
+        write_atomically(self.folder / f"{digest}.json", json.dumps(entry))
+        self.entries[name] = entry
 
     def graded_times(self, student: str, assignment: str) -> list[datetime]:
         return [
@@ -239,6 +245,8 @@ class Service:
         self.results: dict[str, dict] = {}  # finished, waiting for those before them
         self.faults: dict[str, Fault] = {}
         self.api = recording_api(course)
+        self._due_dates: dict[str, datetime | None] = {}
+        self._due_dates_read = -float("inf")  # monotonic time: read again once a minute
 
     # --- the loop --------------------------------------------------------------------------
 
@@ -262,8 +270,9 @@ class Service:
             else:
                 self.results[job.hand_in.name] = result
         recorded = self._record_in_order()
+        released = self._release_after_due()
         self._write_status()
-        return busy or bool(finished) or recorded
+        return busy or bool(finished) or recorded or released
 
     # --- what is pending ---------------------------------------------------------------------
 
@@ -351,29 +360,72 @@ class Service:
         if problem:
             self._fault(job, GraderFault(problem), in_flight=False)
             return
-        score, max_score = self._release(hand_in)
+        visible = self.policy.visible_only(self._due_date(hand_in.assignment), _utc_now())
+        score, max_score = self._release(hand_in.student, hand_in.assignment, visible)
         self.faults.pop(hand_in.name, None)
         latency = (_utc_now() - hand_in.timestamp).total_seconds()
-        self.ledger.put(hand_in, "graded", score=score, max_score=max_score, latency=latency)
+        details = {"score": score, "max_score": max_score, "latency": latency}
+        self.ledger.put(hand_in, "graded", **details, visible_only=visible)
+        shown = "; released: its visible checks, until the due date" if visible else ""
         self.log(
             f"graded {hand_in.label}: {score:g} of {max_score:g} ({latency:.1f} s after submit)"
+            + shown
         )
 
-    def _release(self, hand_in: HandIn) -> tuple[float, float]:
-        """Write the student's feedback page, headed with when it was graded, and release it."""
-        (page,) = [
-            p
-            for p in feedback_pages(self.course, [hand_in.student])
-            if p.assignment == hand_in.assignment
-        ]
-        render_page(page)
+    def _due_date(self, assignment: str) -> datetime | None:
+        """The assignment's due date as the gradebook holds it now (read at most once a minute:
+        the instructor may move it while the service runs)."""
+        if time.monotonic() - self._due_dates_read > 60:
+            url, course_id = (
+                self.settings.CourseDirectory.db_url,
+                self.settings.CourseDirectory.course_id,
+            )
+            with Gradebook(url, course_id) as gradebook:
+                self._due_dates = {a.name: a.duedate for a in gradebook.assignments}
+            self._due_dates_read = time.monotonic()
+        return self._due_dates.get(assignment)
+
+    def _release_after_due(self) -> bool:
+        """The full page for each student whose last graded submission was released with its
+        visible checks only, once the assignment's due date has passed."""
+        waiting = [e for e in self.ledger.entries.values() if e.get("visible_only")]
+        released = False
+        for entry in waiting:
+            if self.policy.visible_only(self._due_date(entry["assignment"]), _utc_now()):
+                continue
+            later = [
+                e
+                for e in self.ledger.entries.values()
+                if (e["student"], e["assignment"]) == (entry["student"], entry["assignment"])
+                and e["outcome"] == "graded"
+                and e["order"] > entry["order"]
+            ]
+            if not later:  # an older page was replaced by the later submission's
+                self._release(entry["student"], entry["assignment"], visible_only=False)
+                self.log(
+                    f"released in full after the due date: {entry['student']}/{entry['assignment']}"
+                )
+                released = True
+            self.ledger.update(entry["submission"], visible_only=False)
+        return released
+
+    def _release(self, student: str, assignment: str, visible_only: bool) -> tuple[float, float]:
+        """Write the student's feedback page, headed with when it was graded, and release it;
+        with `visible_only`, a page of the visible checks alone and no score."""
+        (page,) = [p for p in feedback_pages(self.course, [student]) if p.assignment == assignment]
+        render_page(page, visible_only=visible_only)
         score = page.score - page.late_penalty
-        html = page.folder / f"{hand_in.assignment}.html"
+        html = page.folder / f"{assignment}.html"
         line = f"graded at {datetime.now(UTC):%Y-%m-%d %H:%M} UTC — {score:g} of {page.max_score:g}"
+        if visible_only:
+            line = (
+                f"graded at {datetime.now(UTC):%Y-%m-%d %H:%M} UTC — what your visible checks "
+                "say; your grade is released after the due date"
+            )
         text = html.read_text()
         banner = f'<p class="graded-on-submit"><strong>{escape(line)}</strong></p>'
         html.write_text(text.replace("<body>", f"<body>\n{banner}", 1))
-        exchange.release_feedback(self.settings, hand_in.student, hand_in.assignment)
+        exchange.release_feedback(self.settings, student, assignment)
         return score, page.max_score
 
     def _fault(self, job: Job, fault: GraderFault, in_flight: bool = True) -> None:
