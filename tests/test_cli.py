@@ -20,7 +20,7 @@ from nbgrader.utils import is_grade
 from grader.autograde import discover, misnamed_folders
 from grader.checks import EXERCISES
 from grader.cli import build_parser, main
-from grader.course import Course, Layout, notebook_path
+from grader.course import Course, Layout, nbgrader_metadata, notebook_path
 from grader.course.config import DEMO_EXERCISE_SECONDS, RELEASE, REPO, assignments
 from grader.course.discovery import why_unstorable
 from grader.course.intake import exercises_of, source_notebook
@@ -567,7 +567,7 @@ def test_the_demo_says_a_correct_notebooks_missing_points_are_the_written_answer
     short = {}
     for assignment in assignments():
         notebook = source_notebook(assignment)
-        points = sum(float(c.metadata.nbgrader.points) for c in notebook.cells if is_grade(c))
+        points = sum(float(nbgrader_metadata(c)["points"]) for c in notebook.cells if is_grade(c))
         short[assignment] = points - sum(EXERCISES[e].points for e in exercises_of(notebook))
     assert f"missing points ({sum(short.values()):g}: " in note
     for assignment, points in short.items():

@@ -17,7 +17,14 @@ from nbgrader.utils import is_grade
 
 from grader.autograde import Task, record, register_all
 from grader.checks import EXERCISES, run
-from grader.course import Course, ExerciseResult, Results, grade_id, notebook_path
+from grader.course import (
+    Course,
+    ExerciseResult,
+    Results,
+    grade_id,
+    nbgrader_metadata,
+    notebook_path,
+)
 from grader.course.config import assignments
 from grader.course.intake import Submission, exercises_of, source_notebook
 from grader.gradebook.config import gradebook_url, recording_api
@@ -85,7 +92,7 @@ def test_the_partial_score_and_the_diagnosis_reach_the_student(
 
 FIRST = assignments()[0]
 WRITTEN = next(c for c in source_notebook(FIRST).cells if c.cell_type == "markdown" and is_grade(c))
-POINTS = float(WRITTEN.metadata.nbgrader.points)
+POINTS = float(nbgrader_metadata(WRITTEN)["points"])
 
 
 def text_of(page: Path) -> str:
@@ -146,7 +153,7 @@ _FORK_HANGS = threading.Event()
 os.register_at_fork(after_in_child=lambda: _FORK_HANGS.is_set() and time.sleep(3600))
 
 
-def test_pages_are_rendered_by_processes_not_forked_from_the_grader(recorded):
+def test_pages_are_rendered_by_fresh_processes_not_forks_of_the_grader(recorded):
     """A process forked from one with threads inherits their locks and runs libraries' after-fork
     hooks (kombu's waited forever on a Redis socket): here a hook that never returns in a forked
     child, which the page-rendering processes must not run."""

@@ -172,10 +172,11 @@ def write_feedback(
     pages = [p for p in feedback_pages(course, students) if not _current(p)]
     problems = []
     bar = Progress("feedback", len(pages), "pages") if progress else nullcontext()
-    # Started by a fork server, not forked from here: a fork copies this process's threads'
-    # locks and runs libraries' after-fork hooks (kombu's waited forever on a Redis socket).
+    # Fresh interpreters, not forks of this one: a fork copies this process's threads' locks and
+    # runs libraries' after-fork hooks (kombu's waited forever on a Redis socket). Not a fork
+    # server either: it would stay behind in this process, and its forks would inherit it.
     workers = jobs or os.cpu_count() or 1
-    context = multiprocessing.get_context("forkserver")
+    context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool, bar:
         futures = {pool.submit(render_page, page): page for page in pages}
         for future in as_completed(futures):

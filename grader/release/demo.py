@@ -18,7 +18,14 @@ import nbformat
 from nbgrader.utils import is_grade, is_solution
 
 from grader.checks import EXERCISES
-from grader.course import SETUP_ID, answer_cell, grade_id, is_test_cell, notebook_path
+from grader.course import (
+    SETUP_ID,
+    answer_cell,
+    grade_id,
+    is_test_cell,
+    nbgrader_metadata,
+    notebook_path,
+)
 from grader.course.config import RELEASE, SOLUTIONS, assignments
 from grader.course.intake import exercises_of, source_notebook
 
@@ -236,7 +243,7 @@ def written_points(source: Path = SOLUTIONS) -> dict[str, float]:
     never the checks, so a correct notebook is short of them until then."""
     return {
         a: sum(
-            float(c.metadata.nbgrader.points)
+            float(nbgrader_metadata(c)["points"])
             for c in source_notebook(a, source).cells
             if c.cell_type == "markdown" and is_grade(c)
         )
