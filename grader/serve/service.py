@@ -207,16 +207,17 @@ class Ledger:
             "order": len(self.entries),
             **details,
         }
-        self.entries[hand_in.name] = {}
-        self.update(hand_in.name, **entry)
+        self._write(entry)
         return entry
 
     def update(self, name: str, **details) -> None:
         """Change what is noted of submission `name` (an inbound name the ledger holds)."""
-        entry = self.entries[name] | details
-        digest = hashlib.sha256(name.encode()).hexdigest()[:32]
-        write_atomically(self.folder / f"{digest}.json", json.dumps(entry))
-        self.entries[name] = entry
+        self._write(self.entries[name] | details)
+
+    def _write(self, entry: dict) -> None:
+        name = hashlib.sha256(entry["submission"].encode()).hexdigest()[:32]
+        write_atomically(self.folder / f"{name}.json", json.dumps(entry))
+        self.entries[entry["submission"]] = entry
 
     def graded_times(self, student: str, assignment: str) -> list[datetime]:
         return [
@@ -416,12 +417,10 @@ class Service:
         render_page(page, visible_only=visible_only)
         score = page.score - page.late_penalty
         html = page.folder / f"{assignment}.html"
-        line = f"graded at {datetime.now(UTC):%Y-%m-%d %H:%M} UTC — {score:g} of {page.max_score:g}"
+        shown = f"{score:g} of {page.max_score:g}"
         if visible_only:
-            line = (
-                f"graded at {datetime.now(UTC):%Y-%m-%d %H:%M} UTC — what your visible checks "
-                "say; your grade is released after the due date"
-            )
+            shown = "what your visible checks say; your grade is released after the due date"
+        line = f"graded at {datetime.now(UTC):%Y-%m-%d %H:%M} UTC — {shown}"
         text = html.read_text()
         banner = f'<p class="graded-on-submit"><strong>{escape(line)}</strong></p>'
         html.write_text(text.replace("<body>", f"<body>\n{banner}", 1))
