@@ -56,6 +56,12 @@ from grader.serve.policy import GradeOnSubmit
 from grader.serve.queue import Grading
 
 
+def task_id(submission: str, fingerprint: str) -> str:
+    """The queue's id of the task grading inbound submission `submission` against the source
+    `fingerprint` names: the same for the same both, so a task sent again is the same task."""
+    return hashlib.sha256(f"{submission}\0{fingerprint}".encode()).hexdigest()
+
+
 @dataclass
 class Job:
     hand_in: HandIn
@@ -64,8 +70,7 @@ class Job:
 
     @property
     def task_id(self) -> str:
-        """The same for the same submission and source: a task sent again is the same task."""
-        return hashlib.sha256(f"{self.hand_in.name}\0{self.fingerprint}".encode()).hexdigest()
+        return task_id(self.hand_in.name, self.fingerprint)
 
 
 Finished = tuple[Job, dict | GraderFault]  # a job and its results, or why it was not graded
