@@ -123,6 +123,10 @@ def test_autograde_grades_what_was_handed_in_and_writes_nothing_into_submitted(c
     assert tree(Layout.of(course).submitted) == before
     assert score(course, "ada", FIRST) == sum(expected_scores()[("ada", FIRST)].values())
     assert score(course, "ben", FIRST) == 0
+    # ben's untouched stubs: not attempted (for the class report), not "got it wrong"
+    untouched = Results.load(Course(course).results_file("ben", FIRST)).exercises
+    assert {e.cause for e in untouched} == {"unanswered"}
+    assert "not answered (the stub still raises NotImplementedError)" in output
     lines = output.split("Not handed in", 1)[1].splitlines()[1:]
     skipped = [line.split() for line in lines if line.startswith("  ")][:2]
     assert skipped == [["ada", SECOND], ["ben", SECOND]]  # what it skipped: released ones only

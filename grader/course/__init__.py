@@ -27,6 +27,7 @@ from grader.course.layout import (
     notebook_path,
 )
 from grader.course.results import (
+    UNATTEMPTED,
     UNJUDGED,
     Diagnosis,
     ExerciseResult,
@@ -39,6 +40,7 @@ __all__ = [
     "EXCHANGE_FILES",
     "SETUP_ID",
     "TEST_SUFFIX",
+    "UNATTEMPTED",
     "UNJUDGED",
     "CannotStart",
     "Course",

@@ -9,7 +9,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 # Why no output of an exercise could be judged (ExerciseResult.cause), in a few words.
-UNJUDGED = {"missing": "no answer", "crash": "crashed", "timeout": "timed out"}
+UNJUDGED = {
+    "missing": "no answer",
+    "unanswered": "not answered (the stub still raises NotImplementedError)",
+    "crash": "crashed",
+    "timeout": "timed out",
+}
+# The causes that mean the student did not attempt the exercise (not that they got it wrong).
+UNATTEMPTED = frozenset({"missing", "unanswered"})
 
 
 @dataclass(frozen=True)
@@ -30,7 +37,7 @@ class ExerciseResult:
     score: float
     max_score: float
     feedback: str
-    cause: str = ""  # "missing", "crash" or "timeout": why no output of it could be judged
+    cause: str = ""  # a key of UNJUDGED: why no output of it could be judged
     diagnoses: tuple[Diagnosis, ...] = ()  # the mistakes recognized, as the feedback names them
     visible_feedback: str = ""  # what the visible checks alone say (`Verdict.visible`)
 

@@ -306,8 +306,11 @@ def _spec(exercise: Exercise, setup: str, source: str, plans: dict) -> dict:
 
 
 def _cause(outputs: list[Outputs]) -> str:
-    """The runner's reason when no output of an exercise could be judged (crash, timeout)."""
+    """Why no output of an exercise could be judged: the runner's reason (crash, timeout), or
+    "unanswered" when every call raised the stub's NotImplementedError."""
     kinds = {o.kind if isinstance(o, StudentError) else "" for o in outputs}
+    if kinds == {"NotImplementedError"}:
+        return "unanswered"
     return kinds.pop() if len(kinds) == 1 and kinds <= {"crash", "timeout"} else ""
 
 

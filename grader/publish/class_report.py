@@ -22,7 +22,7 @@ from markupsafe import Markup, escape
 from matplotlib.figure import Figure  # no pyplot: no display backend, no global state
 from nbgrader.api import Gradebook, MissingEntry
 
-from grader.course import UNJUDGED, Course, ExerciseResult, Results
+from grader.course import UNATTEMPTED, UNJUDGED, Course, ExerciseResult, Results
 from grader.gradebook.config import gradebook_url
 from grader.gradebook.records import grades_to_review, released
 
@@ -37,7 +37,7 @@ class ExerciseStats:
     points: float = 0.0
     scores: list[float] = field(default_factory=list)
     mistakes: Counter = field(default_factory=Counter)
-    unattempted: int = 0  # students with no answer to judge (no notebook, no answer cell)
+    unattempted: int = 0  # no answer to judge: no notebook, no answer cell, the stub untouched
     wrong: int = 0  # students whose answer was judged and fell short of the points
 
     @property
@@ -72,7 +72,7 @@ def exercise_stats(course: Course, assignment: str, students: list[str]) -> list
             stats.points = exercise.max_score
             stats.scores.append(exercise.score)
             stats.mistakes.update(mistakes_in(exercise))
-            if exercise.cause == "missing":
+            if exercise.cause in UNATTEMPTED:
                 stats.unattempted += 1
             elif exercise.score < exercise.max_score:
                 stats.wrong += 1
@@ -153,7 +153,7 @@ def shortfalls(course: Course, student: str, assignment: str) -> list[str]:
         return []
     return [
         f"{e.name}: "
-        + ("not attempted" if e.cause == "missing" else f"{e.score:g}/{e.max_score:g}")
+        + ("not attempted" if e.cause in UNATTEMPTED else f"{e.score:g}/{e.max_score:g}")
         for e in Results.load(path).exercises
         if e.score < e.max_score
     ]
