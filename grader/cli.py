@@ -355,6 +355,16 @@ def _roster(lms: str, path: Path):
         raise UsageError(str(error)) from None
 
 
+def _groups(path: Path, roster):
+    """The groups file, read (refused in one line when it is not a group set CSV)."""
+    from grader.gradebook.rosters import RosterError, read_groups
+
+    try:
+        return read_groups(path, roster)
+    except RosterError as error:
+        raise UsageError(str(error)) from None
+
+
 def _collect(args: argparse.Namespace) -> int:
     """Exit 1 when an entry of the download was not collected (each named, with why)."""
     import zipfile
@@ -368,7 +378,9 @@ def _collect(args: argparse.Namespace) -> int:
     if not zipfile.is_zipfile(args.download):
         raise UsageError(f"{args.download} is not a zip file (the LMS's submission download)")
     roster = _roster(args.lms, args.roster) if args.roster else None
-    done = collect(args.download, args.assignment, open_course(args.course), args.lms, roster)
+    groups = _groups(args.groups, roster) if args.groups else None
+    course = open_course(args.course)
+    done = collect(args.download, args.assignment, course, args.lms, roster, groups)
     for student, entry in done.students.items():
         print(f"  {student}: {entry}")
     if done.skipped:
@@ -733,7 +745,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Each student's latest submission of ASSIGNMENT in DOWNLOAD (the zip "
         "Canvas's or Moodle's 'Download submissions' gives, wherever it is), by the names the "
         "LMS gives: resubmissions, late markers (timestamped one second after the due date), "
-        "Moodle's folders. Ids come from the roster (--roster) or the LMS's own ids; a name "
+        "Moodle's folders, a group's submission for each member (--groups). Ids come from the "
+        "roster (--roster) or the LMS's own ids; a name "
         "that matches nothing, an unsafe entry or an id nbgrader cannot store is listed and "
         "skipped for its student only (exit 1).",
     )
@@ -742,6 +755,13 @@ def build_parser() -> argparse.ArgumentParser:
     collect.add_argument("--lms", choices=["canvas", "moodle"], required=True)
     collect.add_argument(
         "--roster", type=Path, metavar="FILE", help="the LMS's gradebook export (its ids)"
+    )
+    collect.add_argument(
+        "--groups",
+        type=Path,
+        metavar="FILE",
+        help="for a group assignment: Canvas's group set CSV (group_name and each member's "
+        "canvas_user_id, login_id or user_id); a group's submission goes to every member",
     )
 
     roster = _command(

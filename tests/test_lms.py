@@ -298,7 +298,7 @@ def test_moodle_download_names_and_folders_are_collected(tmp_path, capsys, grade
         tmp_path / "moodle.zip",
         {
             f"An Nguyen_123456_assignsubmission_file_{nb}": b"an",
-            f"Bo Li_123457_assignsubmission_file_/{nb}": b"bo",  # "in folders"
+            f"Bo Li_123457_assignsubmission_file/{nb}": b"bo",  # "in folders", as Moodle 4
             f"Zed Unknown_123458_assignsubmission_file_{nb}": b"zed",
         },
     )
@@ -306,3 +306,90 @@ def test_moodle_download_names_and_folders_are_collected(tmp_path, capsys, grade
     assert main([*argv, "--course", str(course)]) == 1
     assert collected(course) == {"s10005": (b"an", ""), "bo@example.edu": (b"bo", "")}
     assert "the student 'Zed Unknown' is not in the roster" in capsys.readouterr().out
+
+
+# Canvas's group set CSV, as People → Groups → Import → "Download Course Roster CSV" gives it.
+CANVAS_GROUPS = [
+    ["name", "canvas_user_id", "user_id", "login_id", "sections", "group_name", "canvas_group_id",
+     "group_id"],
+    ["An Nguyen", "10005", "s10005", "nguyenan", "Section 01", "Team 1", "301", ""],
+    ["Bo Le", "10006", "", "lebo", "Section 01", "Team 1", "301", ""],
+    ["Cy Kim", "10007", "", "kimcy", "Section 01", "Team 2", "302", ""],
+    ["Ed Evil", "10008", "", "evil", "Section 01", "Team 2", "302", ""],
+]  # fmt: skip
+
+
+def test_a_canvas_group_submission_goes_to_every_member(tmp_path, capsys, graded_course):
+    """Canvas names a group's submission by the member who handed it in; with the group set,
+    every member gets the group's latest, late for all of them when it was late."""
+    course = due(graded_course({}))
+    roster = write_rows(tmp_path / "canvas.csv", [r + [""] * (9 - len(r)) for r in CANVAS_CLASS])
+    groups = write_rows(tmp_path / "groups.csv", CANVAS_GROUPS)
+    nb = f"{FIRST}.ipynb"
+    zipped = download(
+        tmp_path / "groups.zip",
+        {
+            f"nguyenan_10005_50005_{nb}": b"team 1, first",
+            f"lebo_10006_50006_{FIRST}-1.ipynb": b"team 1, resubmitted by Bo",
+            f"kimcy_LATE_10007_50007_{nb}": b"team 2, late",
+        },
+    )
+    argv = ["collect", FIRST, str(zipped), "--lms", "canvas", "--roster", str(roster)]
+    assert main([*argv, "--groups", str(groups), "--course", str(course)]) == 0
+    after = f"{DUE + datetime.timedelta(seconds=1)} UTC"
+    assert collected(course) == {
+        "nguyenan": (b"team 1, resubmitted by Bo", ""),
+        "lebo": (b"team 1, resubmitted by Bo", ""),
+        "kimcy": (b"team 2, late", after),
+        "evil": (b"team 2, late", after),
+    }
+    out = capsys.readouterr().out
+    assert "  evil: kimcy_LATE_10007_50007_" in out  # each member, with the entry collected
+
+
+# The same columns, written by hand for Moodle, which exports no group memberships.
+MOODLE_GROUPS = [
+    ["group_name", "login_id"],
+    ["Team-A", "s10005"],
+    ["Team-A", "bo@example.edu"],
+]
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "Team-A_17_assignsubmission_file_{nb}",  # Moodle 4: one entry, named by the group
+        "Team-A-Bo Li_123457_assignsubmission_file_{nb}",  # before 4.0: one per member
+    ],
+)
+def test_a_moodle_group_submission_goes_to_every_member(entry, tmp_path, graded_course):
+    course = graded_course({})
+    roster = write_rows(tmp_path / "moodle.csv", MOODLE_ROSTER)
+    groups = write_rows(tmp_path / "groups.csv", MOODLE_GROUPS)
+    zipped = download(tmp_path / "m.zip", {entry.format(nb=f"{FIRST}.ipynb"): b"team A"})
+    argv = ["collect", FIRST, str(zipped), "--lms", "moodle", "--roster", str(roster)]
+    assert main([*argv, "--groups", str(groups), "--course", str(course)]) == 0
+    assert collected(course) == {"s10005": (b"team A", ""), "bo@example.edu": (b"team A", "")}
+
+
+def test_a_group_submission_without_the_groups_file_is_listed_not_dropped(
+    tmp_path, capsys, graded_course
+):
+    course = graded_course({})
+    roster = write_rows(tmp_path / "moodle.csv", MOODLE_ROSTER)
+    zipped = download(tmp_path / "m.zip", {f"Team-A_17_assignsubmission_file_{FIRST}.ipynb": b""})
+    argv = ["collect", FIRST, str(zipped), "--lms", "moodle", "--roster", str(roster)]
+    assert main([*argv, "--course", str(course)]) == 1
+    assert "the student 'Team-A' is not in the roster" in capsys.readouterr().out
+    assert collected(course) == {}
+
+
+def test_a_groups_file_without_its_columns_is_refused_in_one_line(tmp_path, capsys, graded_course):
+    course = graded_course({})
+    groups = write_rows(tmp_path / "groups.csv", [["team", "student"], ["Team-A", "s10005"]])
+    zipped = download(tmp_path / "m.zip", {f"x_1_assignsubmission_file_{FIRST}.ipynb": b""})
+    argv = ["collect", FIRST, str(zipped), "--lms", "moodle", "--groups", str(groups)]
+    assert main([*argv, "--course", str(course)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "is not a group set CSV: it needs a group_name column" in line
+    assert collected(course) == {}

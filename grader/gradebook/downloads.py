@@ -9,6 +9,12 @@ Each top-level entry of the download is one student's submission, named by the L
   that name holding the file, with "Download submissions in folders"); the full name is the
   roster's First and Last name.
 
+A group's submission (a group assignment) goes to every member of the group, with the groups
+file (`rosters.read_groups`): Canvas names it by the member who submitted, Moodle by the group
+(``<Group name>_<group id>_assignsubmission_file_…``; before Moodle 4.0, one entry per member,
+``<Group name>-<Full Name>_<participant id>_…``). The latest attempt of any member is the
+group's.
+
 Only those top-level names say whose a file is: a student's own zip is read for that student's
 notebook only, never as other students. The id a name maps to (through the LMS's roster, else
 the LMS's own id) is refused when nbgrader could not store it
@@ -36,7 +42,7 @@ from grader.course.config import LATE_BY_SECONDS
 from grader.course.discovery import why_unstorable
 from grader.course.layout import EXCHANGE_FILES
 from grader.gradebook.config import gradebook_url
-from grader.gradebook.rosters import Roster
+from grader.gradebook.rosters import Groups, Roster
 
 CANVAS_NAME = re.compile(
     r"^(?P<name>[^_/]+)_(?P<late>LATE_)?(?P<key>\d+)_\d+_(?P<file>.+)$", re.IGNORECASE
@@ -82,13 +88,19 @@ class Collected:
 
 
 def collect(
-    download: Path, assignment: str, course: Course, lms: str, roster: Roster | None = None
+    download: Path,
+    assignment: str,
+    course: Course,
+    lms: str,
+    roster: Roster | None = None,
+    groups: Groups | None = None,
 ) -> Collected:
-    """Each student's latest submission of `assignment` in `download` into the course's
-    submitted/<id>/<assignment>/, timestamped after the due date when the LMS says late."""
+    """Each student's (or group's) latest submission of `assignment` in `download` into the
+    course's submitted/<id>/<assignment>/, timestamped after the due date when the LMS says
+    late; a group's, for each of its members."""
     done = Collected()
     ids = _ids(roster, lms)
-    chosen: dict[str, tuple[int, str, bytes, bool]] = {}
+    chosen: dict[tuple[str, ...], tuple[int, str, bytes, bool]] = {}
     with zipfile.ZipFile(download) as archive:
         for entry, data in _top_level(archive, lms, done):
             name = named(entry, lms)
@@ -96,8 +108,11 @@ def collect(
                 done.skipped.append(f"{entry}: not a name {lms} gives a submission")
                 continue
             key = name.person or name.lms_id
-            student = name.lms_id if roster is None else ids.get(key)
-            why = "is not in the roster" if student is None else why_unstorable(student)
+            students = _recipients(name, roster, ids, groups)
+            if students:
+                why = next((w for w in map(why_unstorable, students) if w), "")
+            else:
+                why = "is not in the roster" + (" nor a group of the groups file" if groups else "")
             if why:
                 done.skipped.append(f"{entry}: the student {key!r} {why}")
                 continue
@@ -109,15 +124,38 @@ def collect(
                 if data is None:
                     done.skipped.append(f"{entry}: the student's zip holds no {assignment}")
                     continue
-            if student not in chosen or name.attempt > chosen[student][0]:
-                chosen[student] = (name.attempt, entry, data, name.late)
+            if students not in chosen or name.attempt > chosen[students][0]:
+                chosen[students] = (name.attempt, entry, data, name.late)
     due = _due_date(course, assignment)
-    for student, (_, entry, data, late) in sorted(chosen.items()):
-        _write(course, student, assignment, data, due + LATE_BY if late and due else None)
-        done.students[student] = entry
+    for students, (_, entry, data, late) in sorted(chosen.items()):
+        for student in students:
+            _write(course, student, assignment, data, due + LATE_BY if late and due else None)
+            done.students[student] = entry
         if late and not due:
             done.skipped.append(f"{entry}: late, but {assignment} has no due date: not penalized")
     return done
+
+
+def _recipients(
+    name: Named, roster: Roster | None, ids: dict[str, str], groups: Groups | None
+) -> tuple[str, ...]:
+    """The nbgrader ids an entry named `name` is the submission of: its student's, or with
+    groups, everyone in the group it names or its student is in; () when it names no one."""
+    key = name.person or name.lms_id
+    if groups and key in groups.members:  # Moodle names a group's submission by the group
+        return groups.members[key]
+    student = name.lms_id if roster is None else ids.get(key) or _group_member(key, ids)
+    if not student:
+        return ()
+    return groups.of(student) if groups else (student,)
+
+
+def _group_member(key: str, ids: dict[str, str]) -> str | None:
+    """The student of a name Moodle before 4.0 gives a group member: ``<Group name>-<Full
+    Name>`` (a group's name may hold a '-' too)."""
+    return next(
+        (ids[key[i + 1 :]] for i, c in enumerate(key) if c == "-" and key[i + 1 :] in ids), None
+    )
 
 
 def _ids(roster: Roster | None, lms: str) -> dict[str, str]:
@@ -135,7 +173,8 @@ def _top_level(archive: zipfile.ZipFile, lms: str, done: Collected):
         parts = PurePosixPath(info.filename).parts
         if info.is_dir() or not parts or parts[0] == "__MACOSX":
             continue
-        entry = parts[0] if len(parts) == 1 else f"{parts[0]}{parts[-1]}"
+        # Moodle's folder <Full Name>_<id>_assignsubmission_file holds the files as uploaded
+        entry = parts[0] if len(parts) == 1 else f"{parts[0].removesuffix('_')}_{parts[-1]}"
         unsafe = _unsafe(info, parts) or (
             lms == "canvas" and len(parts) > 1 and "inside a folder, which Canvas never makes"
         )

@@ -11,6 +11,13 @@ spreadsheet shows as text, never runs.
   column per grade item headed ``Type: Name (Real)``. A student's nbgrader id is their ID
   number, or their email address when it is empty.
 
+Groups, for group assignments: Canvas's group set CSV (People → Groups → Import → "Download
+Course Roster CSV", the format of Canvas's Group Categories import): one row per member,
+``group_name`` and the member as ``canvas_user_id`` (Canvas's ID: the roster's), ``login_id``
+(the SIS Login ID: an nbgrader id) or ``user_id`` (the SIS User ID). Moodle has no such export:
+the same columns, written by hand (``group_name`` as Moodle names the group, ``login_id`` the
+nbgrader id), serve for Moodle's group downloads.
+
 `grader roster` writes a roster as the CSV `nbgrader db student import` reads.
 """
 
@@ -127,6 +134,53 @@ def _moodle_member(row: dict[str, str]) -> Member | None:
         return None
     columns = {c: row[c] for c in MOODLE_IDENTITY}
     return Member(key, key, row["First name"], row["Last name"], row["Email address"], columns)
+
+
+GROUP_MEMBER = ("canvas_user_id", "login_id", "user_id")  # any one names a member
+
+
+@dataclass(frozen=True)
+class Groups:
+    """Group name -> its members' nbgrader ids."""
+
+    members: dict[str, tuple[str, ...]]
+
+    def of(self, student: str) -> tuple[str, ...]:
+        """Everyone in `student`'s group (`student` alone when in none)."""
+        return next((m for m in self.members.values() if student in m), (student,))
+
+
+def read_groups(path: Path, roster: Roster | None) -> Groups:
+    """The groups file `path` (see the module's docstring); a member named by Canvas's ID is
+    mapped through the Canvas roster, as its submissions are. Raises RosterError."""
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as handle:
+            rows = [
+                {k.strip(): (v or "").strip() for k, v in r.items() if k}
+                for r in csv.DictReader(handle)
+            ]
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise RosterError(f"cannot read the groups file {path}: {error}") from None
+    if not rows or "group_name" not in rows[0] or not set(GROUP_MEMBER) & set(rows[0]):
+        raise RosterError(
+            f"{path} is not a group set CSV: it needs a group_name column and one of "
+            + ", ".join(GROUP_MEMBER)
+        )
+    by_canvas_id = {m.lms_id: m.nbgrader_id for m in roster.members} if roster else {}
+    by_sis_id = (
+        {m.columns.get("SIS User ID", ""): m.nbgrader_id for m in roster.members} if roster else {}
+    )
+    members: dict[str, list[str]] = {}
+    for row in rows:
+        canvas_id, login, sis = (row.get(c, "") for c in GROUP_MEMBER)
+        student = (
+            (canvas_id and by_canvas_id.get(canvas_id, "" if roster else canvas_id))
+            or login
+            or (sis and by_sis_id.get(sis, sis))
+        )
+        if row["group_name"] and student:
+            members.setdefault(row["group_name"], []).append(student)
+    return Groups({name: tuple(ids) for name, ids in members.items()})
 
 
 def nbgrader_roster(roster: Roster) -> list[list[str]]:
