@@ -8,6 +8,7 @@ cells graded). The cell conventions are grader.course's.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -228,11 +229,23 @@ SAFE_PROTOCOLS = frozenset({"http", "https", "mailto", "attachment"})
 SAFE_OUTPUTS = frozenset({"text/plain", "image/png", "image/jpeg"})  # no HTML, SVG, JavaScript
 
 
+KEPT_CLEAN_CHARS = 20_000  # a cleaned cell kept up to this long; 2048 kept: at most ~80 MB
 # Code and math, which every renderer shows as text (escaped): left as written.
 LITERAL = re.compile(r"(```.*?```|~~~.*?~~~|`[^`\n]*`|\$\$.*?\$\$|\$[^$\n]*\$)", re.DOTALL)
 
 
 def _inert_markdown(source: str) -> str:
+    # A class hands in the release's markdown cells unchanged: each short one is cleaned once
+    # per process (a long one, which a student may have made, is not kept).
+    return _inert_short(source) if len(source) <= KEPT_CLEAN_CHARS else _inert(source)
+
+
+@functools.lru_cache(maxsize=2048)
+def _inert_short(source: str) -> str:
+    return _inert(source)
+
+
+def _inert(source: str) -> str:
     parts = LITERAL.split(source)  # text, literal, text, literal, ..., text
     for i in range(0, len(parts), 2):
         cleaned = bleach.clean(
