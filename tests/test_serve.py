@@ -336,15 +336,17 @@ def kill(process: subprocess.Popen) -> None:
     process.wait(timeout=30)
 
 
-def task_in_hand(broker: str, name: str) -> dict:
-    """The task worker `name` is running now, as it answers Celery's `inspect active`."""
-    inspect = Celery(broker=broker).control.inspect([f"{name}@{socket.gethostname()}"], timeout=1)
+def task_in_hand(broker: str, names: list[str]) -> tuple[str, dict]:
+    """A worker of `names` running a task now, and that task, as Celery's `inspect active`
+    answers (either worker: on a loaded machine one may start late, or not be caught busy)."""
+    hosts = {f"{name}@{socket.gethostname()}": name for name in names}
+    inspect = Celery(broker=broker).control.inspect(list(hosts), timeout=2)
     deadline = time.monotonic() + WAIT_SECONDS
     while time.monotonic() < deadline:
-        for tasks in (inspect.active() or {}).values():
+        for host, tasks in (inspect.active() or {}).items():
             if tasks:
-                return tasks[0]
-    raise AssertionError(f"worker {name} never ran a task")
+                return hosts[host], tasks[0]
+    raise AssertionError(f"no worker of {names} was ever caught running a task")
 
 
 def wait_until_recorded(course: Path, task: dict, served: Served) -> None:
@@ -364,15 +366,15 @@ def test_a_burst_is_graded_once_each_in_order_through_a_worker_killed_and_a_brok
 ):
     root, folder = course
     before = len(ledger(folder))
-    workers = [worker(redis.url, folder, f"w{i}") for i in (1, 2)]
+    workers = {f"w{i}": worker(redis.url, folder, f"w{i}") for i in (1, 2)}
     students = [f"s{i:03d}" for i in range(BURST)]
     try:
         with Served(folder, "--broker", redis.url) as served:
             for student in students:
                 submit(root, student)
             wait_for(folder, before + BURST // 5, served)
-            killed = task_in_hand(redis.url, "w1")
-            kill(workers.pop(0))  # mid-task: that task is delivered again, to w2
+            name, killed = task_in_hand(redis.url, list(workers))
+            kill(workers.pop(name))  # mid-task: that task is delivered again, to the other
             # before the broker restarts (the service then sends again all it has not heard of)
             wait_until_recorded(folder, killed, served)
             wait_for(folder, before + BURST // 2, served)
@@ -382,7 +384,7 @@ def test_a_burst_is_graded_once_each_in_order_through_a_worker_killed_and_a_brok
             assert "workers: 1 answering on" in capsys.readouterr().out  # the one left alive
             served.stop()
     finally:
-        for process in workers:
+        for process in workers.values():
             kill(process)
     burst = sorted(
         (e for e in entries.values() if e["student"] in students), key=lambda e: e["order"]
