@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 __all__ = ["NORM_KINDS", "plot_histograms", "plot_normalized_sets", "plot_per_layer", "pooled_set"]
@@ -16,6 +17,7 @@ __all__ = ["NORM_KINDS", "plot_histograms", "plot_normalized_sets", "plot_per_la
 NORM_KINDS = ("BatchNorm", "LayerNorm", "InstanceNorm", "GroupNorm")
 POOLED_RGBA = (0.2, 0.45, 0.85, 1.0)  # opaque blue: the set that shares one mean and variance
 OTHER_RGBA = (0.92, 0.92, 0.92, 0.25)  # faint grey, so pooled cells inside the cube show through
+REFERENCE_RGBA = (0.9, 0.45, 0.1, 1.0)  # opaque orange: the one element the set normalizes
 EDGE_RGBA = (0.3, 0.3, 0.3, 0.5)
 
 
@@ -54,21 +56,31 @@ def plot_normalized_sets(
 ) -> Figure:
     """The GroupNorm paper's Figure 2: one cube per method, the pooled entries in blue.
 
-    Each cube is an ``(N, C, H*W)`` activation tensor. Blue cells are normalized with the same
-    mean and variance as the element at sample 0, channel 0 (Wu & He 2018,
-    https://arxiv.org/abs/1803.08494). Returns a Figure with four 3-D Axes.
+    Each cube is an ``(N, C, H*W)`` activation tensor. The orange cell is one element (sample 0,
+    channel 0, position 0); the blue cells are normalized with the same mean and variance as it
+    (Wu & He 2018, https://arxiv.org/abs/1803.08494). Returns a Figure with four 3-D Axes.
     """
-    fig = fig if fig is not None else plt.figure(figsize=(12, 3.2), layout="constrained")
+    fig = fig if fig is not None else plt.figure(figsize=(12, 3.6), layout="constrained")
     for k, kind in enumerate(NORM_KINDS, start=1):
         ax = fig.add_subplot(1, len(NORM_KINDS), k, projection="3d")
         mask = pooled_set(kind, n, c, hw, num_groups).transpose(1, 2, 0)  # (C, H*W, N) = (x, y, z)
         colors = np.where(mask[..., None], POOLED_RGBA, OTHER_RGBA)  # (C, H*W, N, 4)
+        colors[0, 0, 0] = REFERENCE_RGBA
         ax.voxels(np.ones_like(mask), facecolors=colors, edgecolor=EDGE_RGBA, shade=False)
-        ax.set(xlabel="C", ylabel="H, W", xticks=[], yticks=[], zticks=[])
-        ax.set_zlabel("N", labelpad=-12)
+        ax.set(xticks=[], yticks=[], zticks=[])
+        # No tick labels: each axis label sits next to its edge, not where tick labels would go.
+        ax.set_xlabel("C", labelpad=-14)
+        ax.set_ylabel("H, W", labelpad=-14)
+        ax.set_zlabel("N", labelpad=-14)
         ax.set_box_aspect((c, hw, n), zoom=0.9)
         ax.view_init(elev=20, azim=-35)
         ax.set_title(kind if kind != "GroupNorm" else f"GroupNorm (G={num_groups})")
+    legend = {
+        "one element (sample 0, channel 0)": REFERENCE_RGBA,
+        "the values that share its mean and variance": POOLED_RGBA,
+    }
+    handles = [Patch(facecolor=rgba, edgecolor=EDGE_RGBA) for rgba in legend.values()]
+    fig.legend(handles, list(legend), loc="outside lower center", ncols=2, frameon=False)
     return fig
 
 

@@ -20,6 +20,7 @@ from norm_utils.data import (
 from norm_utils.plotting import (
     NORM_KINDS,
     POOLED_RGBA,
+    REFERENCE_RGBA,
     plot_histograms,
     plot_normalized_sets,
     plot_per_layer,
@@ -149,8 +150,11 @@ def test_plot_normalized_sets_shades_the_pooled_cells():
     assert [ax.get_title() for ax in fig.axes] == [*NORM_KINDS[:3], "GroupNorm (G=2)"]
     for ax, kind in zip(fig.axes, NORM_KINDS, strict=True):
         assert len(ax.collections) == n * c * hw  # one voxel per tensor entry
-        shaded = sum(np.allclose(col.get_facecolor()[0], POOLED_RGBA) for col in ax.collections)
-        assert shaded == pooled_set(kind, n, c, hw, num_groups=g).sum()
+        faces = [col.get_facecolor()[0] for col in ax.collections]
+        shaded = sum(np.allclose(face, POOLED_RGBA) for face in faces)
+        marked = sum(np.allclose(face, REFERENCE_RGBA) for face in faces)
+        # One element marked: it and the blue cells are the set that shares its statistics.
+        assert (marked, shaded + marked) == (1, pooled_set(kind, n, c, hw, num_groups=g).sum())
         assert (ax.get_xlabel(), ax.get_zlabel()) == ("C", "N")
 
 

@@ -324,7 +324,8 @@ def _with_gelu(base: type) -> type:
 # A slip inside a sublayer, not in the structure: it costs the checks of the real sublayers only.
 _GELU = (
     "Your feed-forward sublayer applies GELU; this block's is linear2(ReLU(linear1(x))). Its "
-    "norms and residuals are right: the checks with stand-in sublayers pass."
+    "norms and residuals are right: the checks that replace the sublayers with known functions "
+    "pass."
 )
 POST_LN_MISTAKES += (Mistake("GELU instead of ReLU", _GELU, _with_gelu(PostLNBlock)),)
 PRE_LN_MISTAKES += (Mistake("GELU instead of ReLU", _GELU, _with_gelu(PreLNBlock)),)
@@ -348,8 +349,8 @@ def _block_checks(placement: str, switched_off: str) -> tuple[Check, ...]:
         ),
         visible(
             1.5,
-            "residual structure with stand-in sublayers F₁, F₂: output, input gradient, and "
-            "what `norm1` and `norm2` each receive",
+            "residual structure, the sublayers replaced by known functions F₁, F₂: output, input "
+            "gradient, and what `norm1` and `norm2` each receive",
             lambda rng: _case(rng, stand_in=True),
         ),
         hidden(
@@ -365,7 +366,8 @@ def _block_checks(placement: str, switched_off: str) -> tuple[Check, ...]:
         ),
         hidden(
             1,
-            "residual structure with other stand-in sublayers and a longer sequence",
+            "residual structure, the sublayers replaced by other known functions, on a longer "
+            "sequence",
             lambda rng: _case(rng, 8, 2, 16, batch=2, seq=7, stand_in=True),
         ),
     )
