@@ -187,6 +187,23 @@ def probe_rms_norm(rms_norm, a: Arrays) -> Arrays:
     return {"y": rms_norm(x, shape, weight, eps=eps)}
 
 
+def probe_rms_norm_upcast(rms_norm_upcast, a: Arrays) -> Arrays:
+    """The output (bfloat16 inputs travel as float32 with a flag, and their output comes back
+    as float32: NumPy has no bfloat16), or, in the dtype check, only whether the output has
+    the input's dtype."""
+    x, weight = tensors(a, "x", "weight")
+    if "bfloat16" in a:
+        x, weight = (None if t is None else t.bfloat16() for t in (x, weight))
+    y = (
+        rms_norm_upcast(x, weight, eps=float(a["eps"]))
+        if "eps" in a
+        else rms_norm_upcast(x, weight)
+    )
+    if "dtype_only" in a:
+        return {"dtype kept": np.array(getattr(y, "dtype", None) == x.dtype)}
+    return {"y": y.float() if getattr(y, "dtype", None) == torch.bfloat16 else y}
+
+
 def probe_mask(lengths_to_mask, a: Arrays) -> Arrays:
     lengths = a["lengths"].tolist() if "as_list" in a else torch.from_numpy(a["lengths"].copy())
     args = (lengths,) if "max_len" not in a else (lengths, int(a["max_len"]))
@@ -414,6 +431,7 @@ PROBES = {
         probe_predict,
         probe_group_norm,
         probe_rms_norm,
+        probe_rms_norm_upcast,
         probe_mask,
         probe_masked_bn,
         probe_pool,
