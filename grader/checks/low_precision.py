@@ -6,10 +6,11 @@ float16 rows with activations in the hundreds make a mean square computed in flo
 rounded to float16 (where it is 0) give 0/0 = NaN. Outputs are compared at the output dtype's
 rounding: a correct answer's float32 result, rounded once, is within an ulp of the reference's.
 
-Rubric (4): the formula on float32 rows 0.5, and with an explicit ε 0.5; float16 rows in the
-hundreds 1.5 (its visible twin 0.5); bfloat16 rows 0.5; a float16 zero row with ε = 1e-12 0.5;
-the result in the input's dtype 0.5. Computing in the input's dtype keeps 2 (float32,
-bfloat16, the dtype); an ε rounded to it, or ignored, 3.5; a result not cast back 3.5.
+Rubric (4): the formula on float32 rows 0.5 (where the default ε = 1e-6 matters), and with
+an explicit ε 0.5; float16 rows in the hundreds 1.5 (its visible twin 0.5); bfloat16 rows 0.5;
+a float16 zero row with ε = 1e-12 0.5; the result in the input's dtype 0.5. Computing in the
+input's dtype keeps 2 (float32, bfloat16, the dtype); an ε rounded to it 3.5, ignored 3; a
+result not cast back 3.5.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from grader.checks.core import Arrays, Exercise, hidden, known_mistake, visible
 from grader.checks.inputs import randn
 from grader.checks.library import NORMALIZATIONS, forbid
 from grader.checks.variants import IGNORED_EPS, eps_ignored
-from grader.grading.sandboxed.probes import probe_rms_norm_upcast
+from grader.grading.sandboxed.probes import LOW_PRECISION, probe_rms_norm_upcast
 
 # Three roundings of float16 (11 significant bits): the reference's and the answer's float32
 # results rounded once, and the weight's product. bfloat16 has float32's range, so only digits
@@ -58,24 +59,32 @@ def _upcast_reference(x, weight=None, eps=1e-6):
     return _upcast_variant(x, weight, eps)
 
 
-def _rows(rng, *shape, scale: float, dtype=np.float16, weight=True, **flags) -> Arrays:
-    """Rows of `scale`-sized activations in `dtype` (bfloat16 travels as float32 with a flag,
-    since NumPy has no bfloat16), with a weight near 1."""
-    stored = np.float32 if dtype == "bfloat16" else dtype
-    case = {"x": (randn(rng, *shape) * np.float32(scale)).astype(stored)}
+def _in(dtype: str | None, values: np.ndarray) -> np.ndarray:
+    """`values` rounded to `dtype` and kept as float32: a low-precision input travels as float32
+    with its dtype's name as a flag (NumPy has no bfloat16), so that another CPU's few ulps of
+    float32 never move a value across its dtype's rounding."""
+    values = torch.from_numpy(values.astype(np.float32))
+    return (values.to(LOW_PRECISION[dtype]) if dtype else values).float().numpy()
+
+
+def _rows(rng, *shape, scale: float, dtype=None, weight=True, **flags) -> Arrays:
+    """Rows of `scale`-sized activations in `dtype` (None: float32), with a weight near 1."""
+    case = {"x": _in(dtype, randn(rng, *shape) * np.float32(scale))}
     if weight:
-        case["weight"] = rng.uniform(0.5, 1.5, shape[-1]).astype(stored)
-    if dtype == "bfloat16":
-        case["bfloat16"] = np.array(True)
-    return case | {k: np.array(v) for k, v in flags.items()}
+        case["weight"] = _in(dtype, rng.uniform(0.5, 1.5, shape[-1]))
+    return (
+        case
+        | {k: np.array(v) for k, v in flags.items()}
+        | ({dtype: np.array(True)} if dtype else {})
+    )
 
 
 def _zero_row(rng) -> Arrays:
     """Rows in the hundreds and a row of zeros (a padded position), with ε = 1e-12: the zeros
     tell an ε rounded to float16 (0/0), the hundreds a mean square computed in float16."""
-    x = (randn(rng, 3, 64) * np.float32(300)).astype(np.float16)
+    x = randn(rng, 3, 64) * np.float32(300)
     x[1] = 0
-    return {"x": x, "eps": np.array(1e-12)}
+    return {"x": _in("float16", x), "eps": np.array(1e-12), "float16": np.array(True)}
 
 
 _slip = partial(known_mistake, _upcast_variant)
@@ -84,7 +93,6 @@ RMS_NORM_UPCAST = Exercise(
     name="rms_norm_upcast",
     reference=_upcast_reference,
     probe=probe_rms_norm_upcast,
-    forms=(("x", "float16"), ("x", "float32")),
     forbidden=forbid(*NORMALIZATIONS),
     mistakes=(
         _slip(
@@ -111,19 +119,19 @@ RMS_NORM_UPCAST = Exercise(
     checks=(
         visible(
             0.5,
-            "float32 rows of 16 features with a weight (the upcast changes nothing)",
-            lambda rng: _rows(rng, 4, 16, scale=2.0, dtype=np.float32),
+            "float32 rows of mean square near 1e-6 with a weight, the default eps",
+            lambda rng: _rows(rng, 4, 16, scale=1e-3),
         ),
         hidden(
             0.5,
             "float32 rows of mean square near 1e-4, an explicit eps=1e-4",
-            lambda rng: _rows(rng, 3, 16, scale=1e-2, dtype=np.float32, eps=1e-4),
+            lambda rng: _rows(rng, 3, 16, scale=1e-2, eps=1e-4),
             twin=0.25,
         ),
         hidden(
             1.5,
             "float16 rows with activations in the hundreds, with a weight",
-            lambda rng: _rows(rng, 4, 64, scale=300.0),
+            lambda rng: _rows(rng, 4, 64, scale=300.0, dtype="float16"),
             twin=0.5,
             **FLOAT16,
         ),
@@ -143,7 +151,7 @@ RMS_NORM_UPCAST = Exercise(
         visible(
             0.5,
             "the result comes back in the input's dtype (float16 in, float16 out)",
-            lambda rng: _rows(rng, 2, 8, scale=1.0, weight=False, dtype_only=True),
+            lambda rng: _rows(rng, 2, 8, scale=1.0, dtype="float16", weight=False, dtype_only=True),
         ),
     ),
 )

@@ -187,13 +187,16 @@ def probe_rms_norm(rms_norm, a: Arrays) -> Arrays:
     return {"y": rms_norm(x, shape, weight, eps=eps)}
 
 
+LOW_PRECISION = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
 def probe_rms_norm_upcast(rms_norm_upcast, a: Arrays) -> Arrays:
-    """The output (bfloat16 inputs travel as float32 with a flag, and their output comes back
-    as float32: NumPy has no bfloat16), or, in the dtype check, only whether the output has
-    the input's dtype."""
+    """The output as float32, or in the dtype check only whether it has the input's dtype. A
+    float16 or bfloat16 input travels as float32 with its dtype's name as a flag (NumPy has no
+    bfloat16), its values already rounded to that dtype."""
     x, weight = tensors(a, "x", "weight")
-    if "bfloat16" in a:
-        x, weight = (None if t is None else t.bfloat16() for t in (x, weight))
+    dtype = next((d for name, d in LOW_PRECISION.items() if name in a), x.dtype)
+    x, weight = (None if t is None else t.to(dtype) for t in (x, weight))
     y = (
         rms_norm_upcast(x, weight, eps=float(a["eps"]))
         if "eps" in a
@@ -201,7 +204,7 @@ def probe_rms_norm_upcast(rms_norm_upcast, a: Arrays) -> Arrays:
     )
     if "dtype_only" in a:
         return {"dtype kept": np.array(getattr(y, "dtype", None) == x.dtype)}
-    return {"y": y.float() if getattr(y, "dtype", None) == torch.bfloat16 else y}
+    return {"y": y.float() if getattr(y, "dtype", None) in LOW_PRECISION.values() else y}
 
 
 def probe_mask(lengths_to_mask, a: Arrays) -> Arrays:
