@@ -187,6 +187,26 @@ def probe_rms_norm(rms_norm, a: Arrays) -> Arrays:
     return {"y": rms_norm(x, shape, weight, eps=eps)}
 
 
+LOW_PRECISION = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def probe_rms_norm_upcast(rms_norm_upcast, a: Arrays) -> Arrays:
+    """The output as float32, or in the dtype check only whether it has the input's dtype. A
+    float16 or bfloat16 input travels as float32 with its dtype's name as a flag (NumPy has no
+    bfloat16), its values already rounded to that dtype."""
+    x, weight = tensors(a, "x", "weight")
+    dtype = next((d for name, d in LOW_PRECISION.items() if name in a), x.dtype)
+    x, weight = (None if t is None else t.to(dtype) for t in (x, weight))
+    y = (
+        rms_norm_upcast(x, weight, eps=float(a["eps"]))
+        if "eps" in a
+        else rms_norm_upcast(x, weight)
+    )
+    if "dtype_only" in a:
+        return {"dtype kept": np.array(getattr(y, "dtype", None) == x.dtype)}
+    return {"y": y.float() if getattr(y, "dtype", None) in LOW_PRECISION.values() else y}
+
+
 def probe_mask(lengths_to_mask, a: Arrays) -> Arrays:
     lengths = a["lengths"].tolist() if "as_list" in a else torch.from_numpy(a["lengths"].copy())
     args = (lengths,) if "max_len" not in a else (lengths, int(a["max_len"]))
@@ -414,6 +434,7 @@ PROBES = {
         probe_predict,
         probe_group_norm,
         probe_rms_norm,
+        probe_rms_norm_upcast,
         probe_mask,
         probe_masked_bn,
         probe_pool,
