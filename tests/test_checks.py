@@ -27,6 +27,7 @@ from grader.checks import layer_norm as layer_norm_checks
 from grader.checks import rms_norm as rms_norm_checks
 from grader.checks.core import (
     StudentError,
+    expect,
     expected_outputs,
     judge,
     judge_check,
@@ -442,7 +443,9 @@ def test_feedback_never_shows_hidden_inputs_or_reference_outputs(name):
     names no hidden input and no expected value."""
     exercise = EXERCISES[name]
     planned = [(c, i) for c, i in plan(exercise, hidden=True, seed=5) if c.hidden]
-    expected = [expected_outputs(exercise, c, i) for c, i in planned]
+    # Computed once and shared by every answer's judgement, as a grading run shares them.
+    shared = [expect(exercise, c, i) for c, i in planned]
+    expected = [e.want for e in shared]
     answers = [
         [{k: v + 1e-3 for k, v in e.items()} for e in expected],
         [{k: v * 3 - 0.7 for k, v in e.items()} for e in expected],
@@ -452,7 +455,7 @@ def test_feedback_never_shows_hidden_inputs_or_reference_outputs(name):
     for (_, inputs), want in zip(planned, expected, strict=True):
         secrets |= _telling_numbers(inputs.values()) | _telling_numbers(want.values())
     for outputs in answers:
-        text = judge(exercise, planned, outputs).render()
+        text = judge(exercise, planned, outputs, expected=shared).render()
         assert not {s for s in secrets if s in text}, text
         assert "def " not in text and "BEGIN" not in text
 
