@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import re
 from dataclasses import replace
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +35,34 @@ from grader.checks.core import (
     named,
     outputs_of,
     plan,
+    prepare,
 )
 from grader.checks.library import AUTOGRAD, forbid
 from grader.course.config import assignments
 from grader.course.intake import answer_source, exercises_of, source_notebook
 from grader.grading.sandboxed.calling import call, trailing_dims
 from norm_utils.gradients import numerical_grad
-from normcheck import CheckFailed, check
+from normcheck import CheckFailed, check, run_answer
 
 CASES = [(e, m) for e in EXERCISES.values() for m in e.mistakes]
+
+
+@cache
+def _prepared(name: str, seed: int):
+    return prepare(EXERCISES[name], hidden=True, seed=seed)
+
+
+def _graded(exercise, answer, seed: int):
+    """run(exercise, answer, hidden=True, seed=seed, source=""), with the checks' inputs and
+    expected outputs prepared once a seed and shared by the exercise's known mistakes, as a
+    grading run shares them with its students: each mistake's outputs, which tell it apart, are
+    computed once a seed, not again for every mistake judged (nine networks for MyBatchNorm1d).
+    The answer gets a copy of the inputs, so that none can change what the next one is judged on.
+    """
+    ready = _prepared(exercise.name, seed)
+    inputs = [{k: v.copy() for k, v in case.items()} for _, case in ready.planned]
+    outputs, integrity = run_answer(exercise, answer, inputs, "")
+    return judge(exercise, ready.planned, outputs, integrity, ready.expected)
 
 
 def test_every_exercise_has_a_solution_cell(solutions):
@@ -62,7 +81,7 @@ def test_the_solution_earns_full_marks_with_no_diagnosis_whatever_the_seed(solut
 @pytest.mark.parametrize(("exercise", "mistake"), CASES, ids=lambda c: getattr(c, "name", ""))
 def test_each_classic_mistake_is_named_and_costs_points_whatever_the_seed(exercise, mistake):
     for seed in SEEDS:
-        verdict = run(exercise, mistake.impl, hidden=True, seed=seed, source="")
+        verdict = _graded(exercise, mistake.impl, seed)
         assert verdict.score < exercise.points
         assert mistake in verdict.diagnoses, verdict.render()
         assert mistake.message in verdict.render()
@@ -155,8 +174,7 @@ def test_a_wrong_structure_earns_less_than_a_slip_and_little(name, structure, sl
     little = exercise.structure.cap if exercise.structure else 0.3 * exercise.points
     for seed in SEEDS:
         wrong, slipped = (
-            run(exercise, known_mistake(exercise, m), hidden=True, seed=seed, source="").score
-            for m in (structure, slip)
+            _graded(exercise, known_mistake(exercise, m), seed).score for m in (structure, slip)
         )
         assert wrong < slipped and wrong <= little, (wrong, slipped)
 
@@ -191,7 +209,7 @@ def test_a_slip_in_one_part_of_a_scenario_costs_only_that_parts_points(name, sli
     exercise, impl = EXERCISES[name], known_mistake(EXERCISES[name], slip)
     for seed in SEEDS:
         planned = plan(exercise, hidden=True, seed=seed)
-        verdict = run(exercise, impl, hidden=True, seed=seed, source="")
+        verdict = _graded(exercise, impl, seed)
         failed = {
             str(inputs.get("judged", ""))
             for (_, inputs), o in zip(planned, verdict.outcomes, strict=True)
