@@ -539,9 +539,11 @@ def test_feedback_names_every_output_in_the_courses_words(name):
     notebook itself uses (`running_mean`, `grad_x`), never by an internal key (`y_step0`)."""
     exercise, text = EXERCISES[name], _course_text(name)
     for check_, inputs in plan(exercise, hidden=True, seed=0):
-        want = expected_outputs(exercise, check_, inputs)
+        expected = expect(exercise, check_, inputs)  # shared by the outputs judged wrong in turn
+        want = expected.want
         for key in want:
-            problem = judge_check(exercise, check_, inputs, _one_output_wrong(want, key)).problem
+            wrong = _one_output_wrong(want, key)
+            problem = judge_check(exercise, check_, inputs, wrong, expected).problem
             assert named(key) in problem
             assert not re.search(r"[A-Za-z]_\d|_(?:step|after|eval)\b", problem), problem
             code_names = re.findall(r"\w*_\w*", key) if " " in key else [key]
