@@ -25,9 +25,10 @@ demo: setup
 test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# Unit tests and checks: no sandboxed class, no nbgrader cycle, no notebook executed (nbval off).
+# Unit tests and checks: no sandboxed class, no nbgrader cycle, no notebook executed (nbval off,
+# and not loaded: importing it costs each of pytest's three processes a second or more).
 test-fast: setup lint
-	$(PY) -m pytest $(PYTEST_ARGS) -o addopts="-ra --strict-markers" -m "not slow" tests/
+	$(PY) -m pytest $(PYTEST_ARGS) -p no:nbval -o addopts="-ra --strict-markers" -m "not slow" tests/
 
 # The solutions' stored outputs as on another CPU: PyTorch's kernels without SIMD, MKL's
 # compatible (non-AVX) matrix products, one thread; and every CPU-dependent result moved 2 ulps

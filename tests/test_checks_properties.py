@@ -17,7 +17,7 @@ from test_checks import _course_text
 
 from grader.checks import EXERCISES, run
 from grader.checks.batch_norm import _batch_norm_variant
-from grader.checks.core import Check, Exercise, expected_outputs, hidden, judge, plan, visible
+from grader.checks.core import Check, Exercise, hidden, judge, prepare, visible
 from grader.checks.layer_norm import _backward_variant, _layer_norm_variant
 from grader.checks.sequences import _mask_variant, _masked_bn_variant
 from grader.grading.sandboxed import probes
@@ -320,11 +320,12 @@ def test_a_hidden_check_with_a_twin_is_split_into_a_visible_twin_and_the_rest():
 def test_outputs_of_infinities_are_judged_not_crashed_on(name):
     """A property's arithmetic on a hostile output (inf, −inf, huge) never breaks the judge."""
     exercise = EXERCISES[name]
-    planned = plan(exercise, hidden=True, seed=0)
+    # Computed once and shared by the three judgements, as a grading run shares them.
+    ready = prepare(exercise, hidden=True, seed=0)
     for value in (np.inf, -np.inf, 1e308):
-        outputs = []
-        for check_, inputs in planned:
-            want = expected_outputs(exercise, check_, inputs)
-            outputs.append({k: np.full_like(w, value, dtype=np.float64) for k, w in want.items()})
-        verdict = judge(exercise, planned, outputs)
+        outputs = [
+            {k: np.full_like(w, value, dtype=np.float64) for k, w in e.want.items()}
+            for e in ready.expected
+        ]
+        verdict = judge(exercise, ready.planned, outputs, expected=ready.expected)
         assert verdict.score < exercise.points

@@ -19,7 +19,7 @@ from conftest import (
 )
 
 from grader.checks import run
-from grader.checks.core import StudentError, judge_check, outputs_of, plan
+from grader.checks.core import StudentError, expect, judge_check, outputs_of, plan
 from grader.checks.sequences import EXERCISES
 from grader.reference.masking import lengths_to_mask
 from norm_utils.masking import pad_sequences
@@ -43,12 +43,13 @@ def test_every_mistake_is_named_on_many_seeds(exercise):
         planned = plan(exercise, hidden=True, seed=seed)
         named = {m.name: False for m in exercise.mistakes}
         for check_, inputs in planned:
+            expected = expect(exercise, check_, inputs)  # shared, as a grading run shares it
             for mistake in exercise.mistakes:
                 try:
                     got = outputs_of(exercise, mistake.impl, inputs)
                 except Exception as error:  # a mistake that crashes is judged as the student's
                     got = StudentError(type(error).__name__, str(error))
-                outcome = judge_check(exercise, check_, inputs, got)
+                outcome = judge_check(exercise, check_, inputs, got, expected)
                 named[mistake.name] |= outcome.mistake is mistake
         assert all(named.values()), (seed, named)
 

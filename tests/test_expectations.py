@@ -33,6 +33,7 @@ def counted(monkeypatch) -> list[str]:
     grader.checks._prepare.cache_clear()
 
 
+@pytest.mark.slow  # grades the first assignment's solutions three times in the runner
 def test_a_run_computes_the_expected_outputs_once_for_every_student(counted):
     submission = Submission.read(notebook_path(SOLUTIONS, ASSIGNMENT), ASSIGNMENT, SOLUTIONS)
     students = [grade_in_one_runner([submission], RUN)[0] for _ in range(3)]  # as autograde does
