@@ -97,15 +97,22 @@ class Roster:
         return {m.nbgrader_id: m for m in self.members}
 
 
-def read_roster(lms: str, path: Path) -> Roster:
-    """The roster `path` as `lms` exports it; raises RosterError."""
+def _read_csv(path: Path, what: str) -> tuple[list[str], list[dict[str, str]]]:
+    """The header and the rows of the CSV file `path` (`what` it is, for the error), headers
+    stripped, empty cells ''; raises RosterError."""
     try:
         with path.open(newline="", encoding="utf-8-sig") as handle:  # Excel's BOM
             reader = csv.DictReader(handle)
             rows = list(reader)
             header = [h.strip() for h in reader.fieldnames or []]
     except (OSError, UnicodeDecodeError, csv.Error) as error:
-        raise RosterError(f"cannot read the {lms} roster {path}: {error}") from None
+        raise RosterError(f"cannot read {what} {path}: {error}") from None
+    return header, [{k.strip(): v or "" for k, v in row.items() if k} for row in rows]
+
+
+def read_roster(lms: str, path: Path) -> Roster:
+    """The roster `path` as `lms` exports it; raises RosterError."""
+    header, rows = _read_csv(path, f"the {lms} roster")
     identity = CANVAS_IDENTITY if lms == "canvas" else MOODLE_IDENTITY
     lacking = [c for c in identity if c not in header]
     if lacking:
@@ -113,7 +120,6 @@ def read_roster(lms: str, path: Path) -> Roster:
             f"{path} is not {lms.capitalize()}'s gradebook export: it lacks the column"
             f"{'s' if len(lacking) > 1 else ''} {', '.join(lacking)}"
         )
-    rows = [{k.strip(): v or "" for k, v in row.items() if k} for row in rows]
     read = _canvas_member if lms == "canvas" else _moodle_member
     members = [m for row in rows if (m := read(row)) is not None]
     return Roster(lms, header, members)
@@ -153,33 +159,28 @@ class Groups:
 def read_groups(path: Path, roster: Roster | None) -> Groups:
     """The groups file `path` (see the module's docstring); a member named by Canvas's ID is
     mapped through the Canvas roster, as its submissions are. Raises RosterError."""
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as handle:
-            rows = [
-                {k.strip(): (v or "").strip() for k, v in r.items() if k}
-                for r in csv.DictReader(handle)
-            ]
-    except (OSError, UnicodeDecodeError, csv.Error) as error:
-        raise RosterError(f"cannot read the groups file {path}: {error}") from None
-    if not rows or "group_name" not in rows[0] or not set(GROUP_MEMBER) & set(rows[0]):
+    header, rows = _read_csv(path, "the groups file")
+    if not rows or "group_name" not in header or not set(GROUP_MEMBER) & set(header):
         raise RosterError(
             f"{path} is not a group set CSV: it needs a group_name column and one of "
             + ", ".join(GROUP_MEMBER)
         )
-    by_canvas_id = {m.lms_id: m.nbgrader_id for m in roster.members} if roster else {}
-    by_sis_id = (
-        {m.columns.get("SIS User ID", ""): m.nbgrader_id for m in roster.members} if roster else {}
-    )
+    members_of = roster.members if roster else []
+    by_canvas_id = {m.lms_id: m.nbgrader_id for m in members_of}
+    by_sis_id = {
+        m.columns["SIS User ID"]: m.nbgrader_id for m in members_of if m.columns.get("SIS User ID")
+    }
     members: dict[str, list[str]] = {}
     for row in rows:
-        canvas_id, login, sis = (row.get(c, "") for c in GROUP_MEMBER)
+        canvas_id, login, sis = (row.get(c, "").strip() for c in GROUP_MEMBER)
         student = (
             (canvas_id and by_canvas_id.get(canvas_id, "" if roster else canvas_id))
             or login
             or (sis and by_sis_id.get(sis, sis))
         )
-        if row["group_name"] and student:
-            members.setdefault(row["group_name"], []).append(student)
+        group = row["group_name"].strip()
+        if group and student:
+            members.setdefault(group, []).append(student)
     return Groups({name: tuple(ids) for name, ids in members.items()})
 
 
