@@ -19,12 +19,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from norm_utils.data import copy_task_batch, random_token_batches
+
 __all__ = [
     "DeepNormBlock",
     "Encoder",
     "TinyLM",
+    "copy_task_curve",
     "deepnorm_constants",
     "ffn_grad_norms",
+    "ffn_grad_profile",
     "linear_warmup",
     "xavier_init_",
 ]
@@ -306,6 +310,69 @@ def ffn_grad_norms(model: TinyLM, batches: Iterable[Tensor]) -> list[float]:
         model.loss(tokens[:, :-1], tokens[:, 1:]).backward()
         n += 1
     return [(layer.linear2.weight.grad / n).norm().item() for layer in model.encoder.layers]
+
+
+def ffn_grad_profile(kind: BlockKind, num_layers: int, seeds: Iterable[int]) -> Tensor:
+    """Notebook 04's measurement of Xiong et al.'s Fig. 3: :func:`ffn_grad_norms` per layer of
+    a fresh :class:`TinyLM` (V = 200, D = 64, 4 heads; a final LayerNorm for ``"pre"`` only) on
+    2 batches of 16 random sequences of 33 tokens, averaged over ``seeds`` (each seeds both the
+    model and its batches).
+
+    Returns:
+        A ``(num_layers,)`` tensor, first layer first.
+
+    Example:
+        >>> ffn_grad_profile("post", 2, seeds=[0]).shape
+        torch.Size([2])
+    """
+    per_seed = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        lm = TinyLM(200, 64, 4, num_layers, kind=kind, final_norm=kind == "pre", max_len=32)
+        batches = random_token_batches(2, 16, 33, vocab_size=200, seed=seed)
+        per_seed.append(ffn_grad_norms(lm, batches))
+    return torch.tensor(per_seed).mean(0)
+
+
+def copy_task_curve(
+    kind: BlockKind,
+    warmup: int,
+    seed: int,
+    lr: float = 1e-2,
+    max_steps: int = 60,
+    target: float = 1.5,
+) -> list[float]:
+    """Notebook 04's warm-up experiment (Xiong et al.'s Fig. 2, in miniature): train a 5-layer
+    :class:`TinyLM` (D = 32, 2 heads; a final LayerNorm for ``"pre"`` only) on the copy task
+    (:func:`~norm_utils.data.copy_task_batch`: 32 sequences of 4 tokens out of 9 a step, a fresh
+    batch each step) with Adam (``betas=(0.9, 0.98)``) at ``lr``, warmed up linearly over
+    ``warmup`` steps (:func:`linear_warmup`).
+
+    Returns:
+        The smoothed loss after each step (an exponential average, 0.2 on the newest step),
+        stopping at the first step where it is below ``target``, or after ``max_steps``.
+
+    Example:
+        >>> len(copy_task_curve("pre", warmup=0, seed=0, max_steps=3))
+        3
+    """
+    torch.manual_seed(seed)
+    lm = TinyLM(10, 32, 2, 5, kind=kind, final_norm=kind == "pre", max_len=8)
+    opt = torch.optim.Adam(lm.parameters(), lr=lr, betas=(0.9, 0.98), fused=True)  # fused: faster
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: linear_warmup(s, warmup))
+    smooth, curve = None, []
+    for step in range(max_steps):
+        inputs, targets = copy_task_batch(32, 4, vocab_size=10, seed=10_000 * seed + step)
+        loss = lm.loss(inputs, targets)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        schedule.step()
+        smooth = loss.item() if smooth is None else 0.8 * smooth + 0.2 * loss.item()
+        curve.append(smooth)
+        if smooth < target:
+            break
+    return curve
 
 
 def linear_warmup(step: int, warmup_steps: int) -> float:

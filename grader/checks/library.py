@@ -269,3 +269,7 @@ LIBRARY_STACKS = Family(
         "norm_utils.blocks:TinyLM.forward",
     ),
 )
+
+# DeepNorm's constants and its β-scaled initialization, the two halves of notebook 04's Exercise 4.
+# `xavier_init_` is refused by name only: the reference blocks' constructor calls it (with gain 1).
+DEEPNORM_INIT = Family(python=("norm_utils.blocks:deepnorm_constants",), classes=("xavier_init_",))
