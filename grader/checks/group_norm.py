@@ -1,4 +1,4 @@
-"""Checks for notebook 02's `group_norm`: per sample, over each group of C/G consecutive
+"""Checks for notebook 06's `group_norm`: per sample, over each group of C/G consecutive
 channels and every position.
 
 Each channel of the inputs has its own offset, so which channels share a group matters; groups

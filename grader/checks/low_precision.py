@@ -1,4 +1,4 @@
-"""Checks for notebook 02's `rms_norm_upcast`: RMSNorm over the last dim of a float16 or
+"""Checks for notebook 06's `rms_norm_upcast`: RMSNorm over the last dim of a float16 or
 bfloat16 input, computed in float32 and returned in the input's dtype (LLaMA's recipe).
 
 float16 rows with activations in the hundreds make a mean square computed in float16 overflow

@@ -1,4 +1,4 @@
-"""Checks for notebook 02's `rms_norm`: x / √(mean(x²) + ε) · γ over the trailing
+"""Checks for notebook 06's `rms_norm`: x / √(mean(x²) + ε) · γ over the trailing
 `normalized_shape` dims, with PyTorch's `eps=None` (the input dtype's machine ε).
 
 Rows with a clear nonzero mean make centering (LayerNorm) visible; rows of mean square ≈ 1e-6
