@@ -420,7 +420,7 @@ def probe_deepnorm_block(block_cls, a: Arrays) -> dict[str, torch.Tensor]:
     """`probe_block`'s checks on a block built for a stack of N layers (`a["dims"]` ends with
     N); with an "init seed", the gain each weight was drawn with instead: its std times
     sqrt((fan_in + fan_out) / 2), Xavier-normal's std with gain 1 being sqrt(2 / (fan_in +
-    fan_out)). W_q, W_k, W_v are the three thirds of the packed `in_proj_weight`."""
+    fan_out)). w_q, w_k, w_v are the three thirds of the packed `in_proj_weight`."""
     if "init seed" not in a:
         return probe_block(block_cls, a)
     with torch.random.fork_rng():  # a check cell never changes the notebook's random numbers
@@ -428,8 +428,8 @@ def probe_deepnorm_block(block_cls, a: Arrays) -> dict[str, torch.Tensor]:
         block = block_cls(*(int(v) for v in a["dims"]))
     _own_work(block_cls, block, LIBRARY_BLOCKS)
     attn = block.self_attn
-    weights = dict(zip(("W_q", "W_k", "W_v"), attn.in_proj_weight.chunk(3), strict=True))
-    weights |= {"W_o": attn.out_proj.weight, "linear1": block.linear1.weight}
+    weights = dict(zip(("w_q", "w_k", "w_v"), attn.in_proj_weight.chunk(3), strict=True))
+    weights |= {"out_proj": attn.out_proj.weight, "linear1": block.linear1.weight}
     weights["linear2"] = block.linear2.weight
     return {
         INIT_GAIN.format(name): w.detach().double().std() * (sum(w.shape) / 2) ** 0.5
