@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import SEEDS, answer_from, solution_answers
+from deepnorm_oracle import DeepNormBlock, deepnorm_constants
 from torch import nn
 from torch.nn import functional as F
 
@@ -30,7 +31,6 @@ from grader.course.intake import answer_source, read_notebook, setup_code, sourc
 from grader.grading.sandboxed import probes
 from grader.grading.sandboxed.calling import call, load_answer
 from grader.reference import blocks as reference
-from norm_utils.blocks import DeepNormBlock, deepnorm_constants
 from normcheck import source_of
 
 ASSIGNMENT = "04_placement"
@@ -159,7 +159,7 @@ def _deepnorm_cases(seed: int, init: bool):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_the_deepnorm_reference_is_norm_utils_deepnorm_block_under_every_probe(seed, monkeypatch):
+def test_the_deepnorm_reference_is_the_oracles_block_under_every_probe(seed, monkeypatch):
     """The reference (the variant, every switch off) computes the demo's block: the same
     outputs given the same weights, and initial gains within the init checks' tolerance."""
     exercise = BY_NAME["DeepNormBlock"]

@@ -256,7 +256,6 @@ LIBRARY_BLOCKS = Family(
         "torch.nn.modules.transformer:TransformerDecoderLayer.forward",
         "grader.reference.blocks:PostLNBlock.forward",
         "grader.reference.blocks:PreLNBlock.forward",
-        "norm_utils.blocks:DeepNormBlock.forward",
     ),
     classes=("_Block",),
 )
@@ -270,6 +269,6 @@ LIBRARY_STACKS = Family(
     ),
 )
 
-# DeepNorm's constants and its β-scaled initialization, the two halves of notebook 04's Exercise 4.
-# `xavier_init_` is refused by name only: the reference blocks' constructor calls it (with gain 1).
-DEEPNORM_INIT = Family(python=("norm_utils.blocks:deepnorm_constants",), classes=("xavier_init_",))
+# The course's own init of notebook 04's experiments: refused by name only in DeepNormBlock (the
+# reference blocks' constructor calls it), whose initialization is half of Exercise 4.
+DEEPNORM_INIT = Family(classes=("xavier_init_",))
