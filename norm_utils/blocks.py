@@ -47,8 +47,14 @@ def xavier_init_(layer: nn.Module) -> None:
     """Xavier-normal weights (gain 1) and zero biases for a layer with
     ``nn.TransformerEncoderLayer``'s attributes, as in Xiong et al. (2020)."""
     w_q, w_k, w_v = layer.self_attn.in_proj_weight.chunk(3)  # views into the packed weight
-    weights = [w_q, w_k, w_v, layer.self_attn.out_proj.weight, layer.linear1.weight]
-    for w in [*weights, layer.linear2.weight]:
+    for w in [
+        w_q,
+        w_k,
+        w_v,
+        layer.self_attn.out_proj.weight,
+        layer.linear1.weight,
+        layer.linear2.weight,
+    ]:
         nn.init.xavier_normal_(w)
     for b in [
         layer.self_attn.in_proj_bias,
@@ -90,9 +96,8 @@ class Encoder(nn.Module):
     / ``True``. Pre-LN leaves the residual stream un-normalized, so a Pre-LN stack needs
     ``final_norm=True``; Post-LN already ends in a LayerNorm. The argument has no default on
     purpose: ``nn.TransformerEncoder`` silently adds no final norm (``norm=None``), a classic
-    Pre-LN bug. Keys match
-    ``nn.TransformerEncoder`` (``layers.i.*``, ``norm.*``); unlike it, every layer gets its own
-    initial weights.
+    Pre-LN bug. Keys match ``nn.TransformerEncoder`` (``layers.i.*``, ``norm.*``); unlike it,
+    every layer gets its own initial weights.
 
     Args:
         kind: ``"post"`` or ``"pre"``.

@@ -55,14 +55,17 @@ class DeepNormBlock(nn.TransformerEncoderLayer):
         super().__init__(d_model, n_heads, d_ff, dropout, layer_norm_eps=eps, batch_first=True)
         self.alpha, self.beta = deepnorm_constants(num_layers)
         w_q, w_k, w_v = self.self_attn.in_proj_weight.chunk(3)  # views into the packed weight
-        weights = [w_q, w_k, w_v, self.self_attn.out_proj.weight, self.linear1.weight]
-        gains = [1.0, 1.0, self.beta, self.beta, self.beta, self.beta]
-        for w, gain in zip([*weights, self.linear2.weight], gains, strict=True):
-            nn.init.xavier_normal_(w, gain=gain)
-        for b in [self.self_attn.in_proj_bias, self.self_attn.out_proj.bias]:
+        for w in [w_q, w_k]:
+            nn.init.xavier_normal_(w)
+        for w in [w_v, self.self_attn.out_proj.weight, self.linear1.weight, self.linear2.weight]:
+            nn.init.xavier_normal_(w, gain=self.beta)
+        for b in [
+            self.self_attn.in_proj_bias,
+            self.self_attn.out_proj.bias,
+            self.linear1.bias,
+            self.linear2.bias,
+        ]:
             nn.init.zeros_(b)
-        nn.init.zeros_(self.linear1.bias)
-        nn.init.zeros_(self.linear2.bias)
 
     def forward(
         self,

@@ -160,7 +160,7 @@ def _deepnorm_cases(seed: int, init: bool):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_the_deepnorm_reference_is_the_oracles_block_under_every_probe(seed, monkeypatch):
-    """The reference (the variant, every switch off) computes the demo's block: the same
+    """The reference (the variant, every switch off) computes the oracle's block: the same
     outputs given the same weights, and initial gains within the init checks' tolerance."""
     exercise = BY_NAME["DeepNormBlock"]
     monkeypatch.setattr(probes, "TRUSTED", probes.TRUSTED | {DeepNormBlock})
