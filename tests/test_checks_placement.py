@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import linecache
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -197,7 +198,29 @@ def test_a_correct_init_drawn_another_way_passes_the_init_checks_for_every_seed(
     for seed in range(40):
         verdict = run(exercise, _xavier_uniform_deepnorm, hidden=True, seed=seed, source="")
         init = [o for o in verdict.outcomes if "init" in o.check.description]
-        assert len(init) == 2 and all(o.passed for o in init), verdict.render()
+        assert len(init) == 6 and all(o.passed for o in init), verdict.render()
+
+
+WRONG_ANSWERS = Path(__file__).resolve().parent / "wrong_answers"
+
+
+@pytest.mark.parametrize(
+    ("answer", "lost"),
+    [
+        ("beta_on_every_weight", 1),
+        ("beta_on_the_ffn_only", 1),
+        ("beta_forgotten", 2),
+        ("no_init", 3),
+    ],
+)
+def test_an_init_slip_loses_the_points_of_the_weights_it_gets_wrong(answer, lost):
+    """The init checks go by pairs of weights with one role (w_q and w_k; w_v and out_proj;
+    linear1 and linear2), 1 point each: β on one pair too many or too few costs 1 of 6, β
+    forgotten everywhere 2, PyTorch's default init (every pair wrong) 3."""
+    source = (WRONG_ANSWERS / f"DeepNormBlock__{answer}.answer").read_text()
+    block = answer_from(source, "DeepNormBlock")
+    verdict = run(BY_NAME["DeepNormBlock"], block, hidden=True, seed=1, source=source)
+    assert verdict.max_score - verdict.score == lost, verdict.render()
 
 
 def _layer_norm(weights: dict, which: str, z: torch.Tensor) -> torch.Tensor:

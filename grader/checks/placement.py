@@ -527,12 +527,50 @@ def _deepnorm_case(rng: np.random.Generator, num_layers: int, *args, **kwargs) -
     return case
 
 
-def _init_case(rng: np.random.Generator, num_layers: int, d_ff: int) -> Arrays:
-    """A block of width 512 for a stack of `num_layers`, built under a seed drawn here. Each
-    weight has ≥ 262,144 entries, so its std is known to 0.14 %: two draws of a correct init
-    (the answer's, the reference's) agree to 3 % beyond 15 standard deviations, and the
-    nearest slip (the decoder's β, 9.6 % smaller) is three tolerances away."""
-    return {"dims": np.array([512, 4, d_ff, num_layers]), "init seed": rng.integers(2**31)}
+# The init checks, one per pair of weights with one role, so that a slip on one pair costs
+# that pair's points only.
+INIT_PAIRS = {
+    "w_q and w_k (the attention scores, gain 1)": ("w_q", "w_k"),
+    "w_v and out_proj (the value path, gain β)": ("w_v", "out_proj"),
+    "linear1 and linear2 (the feed-forward, gain β)": ("linear1", "linear2"),
+}
+
+
+def _init_case(rng: np.random.Generator, num_layers: int, d_ff: int, pair: str) -> Arrays:
+    """A block of width 512 for a stack of `num_layers`, built under a seed drawn here, whose
+    `pair` of weights is read. Each weight has ≥ 262,144 entries, so its std is known to
+    0.14 %: two draws of a correct init (the answer's, the reference's) agree to 3 % beyond
+    15 standard deviations, and the nearest slip (the decoder's β, 9.6 % smaller) is three
+    tolerances away."""
+    indices = [probes.INIT_WEIGHTS.index(name) for name in INIT_PAIRS[pair]]
+    return {
+        "dims": np.array([512, 4, d_ff, num_layers]),
+        "init seed": rng.integers(2**31),
+        "init weights": np.array(indices),
+    }
+
+
+def _init_checks() -> tuple[Check, ...]:
+    """Per pair: its gains at N = 6 (visible) and at a depth N drawn at grading (hidden)."""
+    checks = []
+    for pair in INIT_PAIRS:
+        checks.append(
+            visible(
+                0.5,
+                f"N = 6: the initial std of {pair}, as a multiple of Xavier-normal's",
+                lambda rng, pair=pair: _init_case(rng, 6, 1024, pair),
+                **_INIT,
+            )
+        )
+        checks.append(
+            hidden(
+                0.5,
+                f"the initial gains of {pair} for a depth N drawn at grading, another d_ff",
+                lambda rng, pair=pair: _init_case(rng, int(rng.integers(10, 200)), 2048, pair),
+                **_INIT,
+            )
+        )
+    return tuple(checks)
 
 
 _INIT = {"rtol": 0.03, "atol": 0.0}
@@ -566,18 +604,19 @@ DEEPNORM_MISTAKES = (
         "what the sublayer adds to the stream.",
         beta_on=BETA_SCALED | {"w_q", "w_k"},
     ),
+    # β forgotten everywhere is both of these: each pair's checks name their own slip.
     _deepnorm_slip(
-        "β on the feed-forward only",
-        "Your attention's `w_v` and `out_proj` keep gain 1. β scales them as well as linear1 and "
-        "linear2: the value path, like the feed-forward, sets the size of what its sublayer "
-        "adds to the stream.",
+        "β missing on the value path",
+        "Your attention's `w_v` and `out_proj` keep gain 1. DeepNorm draws them with gain "
+        "β = (8N)^-¼, as it does linear1 and linear2: the value path, like the feed-forward, "
+        "sets the size of what its sublayer adds to the stream.",
         beta_on=frozenset({"linear1", "linear2"}),
     ),
     _deepnorm_slip(
-        "β missing",
-        "Your weights are Xavier-normal with gain 1 everywhere: `w_v`, `out_proj`, `linear1` "
-        "and `linear2` need gain β = (8N)^-¼.",
-        beta_on=frozenset(),
+        "β missing on the feed-forward",
+        "Your `linear1` and `linear2` keep gain 1. DeepNorm draws them with gain β = (8N)^-¼: "
+        "the feed-forward's output is what its sublayer adds to the stream.",
+        beta_on=frozenset({"w_v", "out_proj"}),
     ),
     _deepnorm_slip(
         "PyTorch's default init kept",
@@ -623,19 +662,7 @@ DEEPNORM_BLOCK = Exercise(
             "random weights, 4 heads, d_model 12, inputs of scale 3, N = 24: outputs and gradients",
             lambda rng: _deepnorm_case(rng, 24, 12, 4, 20, batch=3, seq=4, scale=3.0),
         ),
-        visible(
-            1.5,
-            "N = 6: the initial std of w_q, w_k, w_v, out_proj, linear1 and linear2, each as a "
-            "multiple of Xavier-normal's (its gain)",
-            lambda rng: _init_case(rng, 6, 1024),
-            **_INIT,
-        ),
-        hidden(
-            1.5,
-            "the initial gains for a depth N drawn at grading, another d_ff",
-            lambda rng: _init_case(rng, int(rng.integers(10, 200)), 2048),
-            **_INIT,
-        ),
+        *_init_checks(),
     ),
     mistakes=DEEPNORM_MISTAKES,
     properties=DEEPNORM_PROPERTIES,

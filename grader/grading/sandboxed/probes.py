@@ -414,13 +414,16 @@ def probe_block(block_cls, a: Arrays) -> dict[str, torch.Tensor]:
 
 
 INIT_GAIN = "the gain of {}'s initialization (its std ÷ Xavier-normal's with gain 1)"
+# The weights whose init DeepNorm sets, in the order an "init weights" case indexes them.
+INIT_WEIGHTS = ("w_q", "w_k", "w_v", "out_proj", "linear1", "linear2")
 
 
 def probe_deepnorm_block(block_cls, a: Arrays) -> dict[str, torch.Tensor]:
     """`probe_block`'s checks on a block built for a stack of N layers (`a["dims"]` ends with
-    N); with an "init seed", the gain each weight was drawn with instead: its std times
-    sqrt((fan_in + fan_out) / 2), Xavier-normal's std with gain 1 being sqrt(2 / (fan_in +
-    fan_out)). w_q, w_k, w_v are the three thirds of the packed `in_proj_weight`."""
+    N); with an "init seed", the gain each weight of `a["init weights"]` (indices into
+    INIT_WEIGHTS) was drawn with instead: its std times sqrt((fan_in + fan_out) / 2),
+    Xavier-normal's std with gain 1 being sqrt(2 / (fan_in + fan_out)). w_q, w_k, w_v are the
+    three thirds of the packed `in_proj_weight`."""
     if "init seed" not in a:
         return probe_block(block_cls, a)
     with torch.random.fork_rng():  # a check cell never changes the notebook's random numbers
@@ -428,12 +431,12 @@ def probe_deepnorm_block(block_cls, a: Arrays) -> dict[str, torch.Tensor]:
         block = block_cls(*(int(v) for v in a["dims"]))
     _own_work(block_cls, block, LIBRARY_BLOCKS)
     attn = block.self_attn
-    weights = dict(zip(("w_q", "w_k", "w_v"), attn.in_proj_weight.chunk(3), strict=True))
-    weights |= {"out_proj": attn.out_proj.weight, "linear1": block.linear1.weight}
-    weights["linear2"] = block.linear2.weight
+    weights = (*attn.in_proj_weight.chunk(3), attn.out_proj.weight)
+    weights += (block.linear1.weight, block.linear2.weight)
     return {
-        INIT_GAIN.format(name): w.detach().double().std() * (sum(w.shape) / 2) ** 0.5
-        for name, w in weights.items()
+        INIT_GAIN.format(INIT_WEIGHTS[i]): w.detach().double().std() * (sum(w.shape) / 2) ** 0.5
+        for i in a["init weights"]
+        for w in (weights[int(i)],)
     }
 
 
