@@ -10,14 +10,14 @@ through the batch statistics carries a term as large as the direct one, the runn
 lie away from the batch's (the running variance 1.5 to 3 times the batch's), the unbiased
 variance rescales x̂ by √(n/(n−1)), and statistics over N alone differ from N and L's.
 
-Rubric (6 points): training 4.5 (grad_x through both statistics in a weighted (N, C) batch 1.5;
+Rubric (6 points): training 4 (grad_x through both statistics in a weighted (N, C) batch 1;
 over N and L, with grad_weight and grad_bias summed over the same set, on an (N, C, L) batch
-1.5 and at L = C 0.5; no weight 0.5; ε close to the variance 0.5), evaluation 1.5 (an (N, C)
-batch 1, an (N, C, L) batch 0.5). Each mode's formula in the other mode costs that mode's
-points: evaluation's in training keeps 1.5, training's in evaluation (or its coupling terms with
-the running statistics) keeps 4.5; statistics over N only cost the (N, C, L) checks (keeps 4);
-either path left out, or the unbiased variance, keeps the evaluation's 1.5; γ left out of grad_x
-0.5 (the check without a weight).
+1.5 and at L = C 0.5; no weight 0.5; ε close to the variance 0.5), evaluation 2 (an (N, C)
+batch 1, an (N, C, L) batch 1). Each mode's formula in the other mode costs that mode's points:
+evaluation's in training keeps 2, training's in evaluation (or its coupling terms with the
+running statistics) keeps 4; statistics over N only cost the training checks on (N, C, L)
+batches (keeps 4); either path left out, or the unbiased variance, keeps the evaluation's 2; γ
+left out of grad_x 0.5 (the check without a weight).
 
 The values that share one γ and one β, a channel over N and L, are the structure (`Structure`):
 grad_weight and grad_bias summed over other dims (over N only) are a wrong structure, however
@@ -202,7 +202,7 @@ BATCH_NORM_BACKWARD = backward_exercise(
     ),
     checks=(
         visible(
-            1.5,
+            1,
             "training: a float64 (8, 3) batch with a weight, against autograd",
             lambda rng: _case(rng, 8, 3),
         ),
@@ -223,7 +223,7 @@ BATCH_NORM_BACKWARD = backward_exercise(
             lambda rng: _case(rng, 16, 4, 4),
         ),
         hidden(
-            0.5,
+            1,
             "evaluation on an (N, C, L) batch: one factor per channel",
             lambda rng: _case(rng, 4, 3, 5, training=False),
         ),
