@@ -387,11 +387,12 @@ def _keras_case(
     rng, part: str, momentum: float, epsilon: float = 1e-3, batch_size: int = 8, c: int = 6
 ) -> Arrays:
     """A trained Keras layer's weights, a batch to evaluate and three batches to train on. The
-    moving variances span 1e-3 to 1: ε matters on the smallest, n/(n−1) on the largest."""
+    moving variances span 1e-3 to 1: ε matters on the smallest, n/(n−1) on the largest. The
+    means lie a few spreads from 0, so that float32's x − mean keeps its digits on any CPU."""
     f32 = np.float32
-    moving_mean = rng.normal(0.0, 3.0, c)
     moving_variance = rng.permutation(np.geomspace(1e-3, 1.0, c)) * rng.uniform(0.8, 1.2, c)
     spread = np.sqrt(moving_variance)
+    moving_mean = spread * rng.normal(0.0, 3.0, c)
     shifted = moving_mean + spread * rng.uniform(2.0, 4.0, c)  # the new batches' means moved
     return {
         "gamma": rng.uniform(0.5, 2.0, c).astype(f32),
