@@ -12,7 +12,6 @@ __all__ = [
     "IGNORE_INDEX",
     "SEP",
     "copy_task_batch",
-    "gaussian_clusters",
     "random_token_batches",
     "variable_length_batch",
 ]
@@ -26,44 +25,6 @@ IGNORE_INDEX = -100
 
 def _rng(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
-
-
-def gaussian_clusters(
-    n: int,
-    num_classes: int = 10,
-    dim: int = 16,
-    spread: float = 2.0,
-    seed: int = 0,
-    *,
-    task_seed: int = 0,
-) -> tuple[Tensor, Tensor]:
-    """Classification toy data: ``num_classes`` Gaussian blobs in ``dim`` dimensions.
-
-    Centres are standard normal and drawn from ``task_seed``; points are ``centre + spread * z``
-    drawn from ``seed``. Keep ``task_seed`` fixed and change ``seed`` to get train and test sets
-    of the same task.
-
-    Args:
-        n: number of points.
-        num_classes: number of clusters (= classes).
-        dim: input dimension.
-        spread: standard deviation of each cluster around its centre.
-        seed: seed of the points and labels.
-        task_seed: seed of the cluster centres.
-
-    Returns:
-        ``x`` of shape ``(n, dim)`` (float32) and labels ``y`` of shape ``(n,)`` (int64).
-
-    Example:
-        >>> x, y = gaussian_clusters(100, seed=1)
-        >>> x.shape, y.dtype
-        (torch.Size([100, 16]), torch.int64)
-    """
-    centres = torch.randn(num_classes, dim, generator=_rng(task_seed))  # (K, D)
-    g = _rng(seed)
-    y = torch.randint(0, num_classes, (n,), generator=g)  # (n,)
-    x = centres[y] + spread * torch.randn(n, dim, generator=g)  # (n, D)
-    return x, y
 
 
 def random_token_batches(

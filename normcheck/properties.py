@@ -9,13 +9,12 @@ normalized dims, not 0"). A gradient satisfies the invariances of its function i
 (`Invariant`: LayerNorm's grad_x sums to 0 over a row, and is orthogonal to x − μ), and any
 output that is the correct one scaled or shifted is said to be. A running statistic is an
 exponential moving average (`RunningAverage`: which weight, old or new, is off), a variance is
-never negative, 0 on constant values and smallest about the mean (`variance`), two momentum
-conventions add up to 1 (`complement`). Any output also tells by its shape which dims were
-reduced (read against the inputs' shapes, `shape_sentence`), by NaN where the correct output is
-finite that a root or a division went wrong, and by a factor that changes from row to row that
-a per-row factor is. It reports only statistics of the student's own output and ratios to a
-correct output, never an input or an expected value. Outputs with no such property still get
-where and how much they differ (`extent`).
+never negative, 0 on constant values and smallest about the mean (`variance`). Any output also
+tells by its shape which dims were reduced (read against the inputs' shapes, `shape_sentence`),
+by NaN where the correct output is finite that a root or a division went wrong, and by a factor
+that changes from row to row that a per-row factor is. It reports only statistics of the
+student's own output and ratios to a correct output, never an input or an expected value.
+Outputs with no such property still get where and how much they differ (`extent`).
 """
 
 from __future__ import annotations
@@ -876,19 +875,3 @@ def _about_another_mean(got: np.ndarray, a: Arrays) -> bool:
         if np.allclose(got, (deviations**2).mean(dim), rtol=1e-3, atol=1e-6):
             return True
     return False
-
-
-@sentence_for("momentum")
-def complement(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
-    """Two conventions' momenta add up to 1 (one weights the new batch, the other the old
-    running value), and a momentum is a share, between 0 and 1."""
-    value, given = float(got), float(inputs["keras_momentum"])
-    if not 0 <= value <= 1:
-        return (
-            f"{key} is {value:g}: PyTorch's momentum is the new batch's share of the running "
-            "statistics, between 0 and 1"
-        )
-    return (
-        f"{key} and the Keras momentum add up to {value + given:g}, not 1: Keras's weights "
-        "the old running value, PyTorch's the new batch"
-    )

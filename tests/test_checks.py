@@ -247,17 +247,24 @@ def test_hidden_inputs_depend_on_the_grading_seed_visible_ones_do_not():
 # to autograd: each answer is right (it earns every point when autograd is allowed, which the
 # test below checks first), so what takes its points is the block, not its values. The probes
 # call `layer_norm_backward(g, x, normalized_shape, weight, eps=)` and
-# `batch_norm_backward(g, x, weight, eps=)`: the normalized dims follow from the arguments.
+# `batch_norm_backward(g, x, running_mean, running_var, weight, training=, eps=)`: the answer
+# puts the mode first in `args` (training for LayerNorm), and the normalized dims follow.
 _FORWARD = """
 def _forward(x, args, eps, w=None, b=None):
-    if len(args) == 2:  # LayerNorm: the trailing normalized_shape dims
-        n = 1 if isinstance(args[0], int) else len(args[0])
+    training, *given = args
+    if len(given) == 2:  # LayerNorm: the trailing normalized_shape dims
+        n = 1 if isinstance(given[0], int) else len(given[0])
         dims = tuple(range(x.dim() - n, x.dim()))
     else:  # BatchNorm: every dim but the channels'
         dims = (0, *range(2, x.dim()))
         per_channel = (-1, *[1] * (x.dim() - 2))
         w, b = (None, None) if w is None else (w.reshape(per_channel), b.reshape(per_channel))
-    y = (x - x.mean(dims, keepdim=True)) / (x.var(dims, keepdim=True, correction=0) + eps).sqrt()
+    if training:
+        mean = x.mean(dims, keepdim=True)
+        var = x.var(dims, keepdim=True, correction=0)
+    else:  # BatchNorm in evaluation: the running statistics
+        mean, var = given[0].reshape(per_channel), given[1].reshape(per_channel)
+    y = (x - mean) / (var + eps).sqrt()
     return y if w is None else y * w + b
 
 def _leaves(x, args):
@@ -289,6 +296,8 @@ AUTOGRAD_ROUTES = {
 }
 
 
+_MODE_FIRST = "    args = (training, *args)\n"
+
 # What a route imports at the top of the answer cell.
 _IMPORTS = {
     "torch.autograd.grad by a name the source scan cannot read": "from torch.autograd import *\n"
@@ -297,7 +306,8 @@ _IMPORTS = {
 
 def _autograd_answer(name: str, route: str) -> str:
     header = _IMPORTS.get(route, "")
-    return f"{header}{_FORWARD}\ndef {name}(g, x, *args, eps=1e-5):\n{AUTOGRAD_ROUTES[route]}\n"
+    signature = f"def {name}(g, x, *args, eps=1e-5, training=True):\n"
+    return f"{header}{_FORWARD}\n{signature}{_MODE_FIRST}{AUTOGRAD_ROUTES[route]}\n"
 
 
 @pytest.mark.parametrize("name", ["layer_norm_backward", "batch_norm_backward"])
@@ -329,7 +339,8 @@ DIFFERENCES = {
 
 def _differences_answer(name: str, differences: str) -> str:
     return (
-        f"{differences}{_FORWARD}\ndef {name}(g, x, *args, eps=1e-5):\n"
+        f"{differences}{_FORWARD}\ndef {name}(g, x, *args, eps=1e-5, training=True):\n"
+        f"{_MODE_FIRST}"
         "    w = args[-1]\n"
         "    leaves = [x] if w is None else [x, w, torch.zeros_like(w)]\n"
         "    loss = lambda *v: (_forward(v[0], args, eps, *v[1:]) * g).sum()\n"

@@ -17,16 +17,17 @@ from torch import nn
 from grader.checks import run
 from grader.checks.batch_norm import (
     BATCH_NORM,
+    BATCH_NORM_FROM_KERAS,
     EXERCISES,
     PREDICT,
-    TORCH_MOMENTUM,
     _bn_case,
+    _keras_case,
 )
 from grader.checks.batch_norm_backward import BATCH_NORM_BACKWARD
 from grader.checks.core import outputs_of, plan
 from grader.checks.group_norm import GROUP_NORM
 from grader.checks.rms_norm import RMS_NORM
-from grader.grading.sandboxed.probes import probe_batch_norm, probe_torch_momentum
+from grader.grading.sandboxed.probes import probe_batch_norm
 from grader.reference import functional as reference
 
 ASSIGNMENT = "02_batch_norm"
@@ -97,18 +98,23 @@ def test_the_seed_table_is_the_first_visible_batch_norm_checks():
     np.testing.assert_allclose(out["output of the evaluation call"], want, rtol=1e-6)
 
 
-def test_the_converted_momentum_reproduces_the_keras_moving_average():
-    batches = np.random.default_rng(0).standard_normal((5, 8, 3)).astype(np.float32) + 2
-    for keras in (0.9, 0.99, 0.6):
-        out = probe_torch_momentum(
-            TORCH_MOMENTUM.reference, {"keras_momentum": np.array(keras), "batches": batches}
-        )
-        mean, var = np.zeros(3), np.ones(3)
-        for b in batches:
-            mean = keras * mean + (1 - keras) * b.mean(0)
-            var = keras * var + (1 - keras) * b.var(0, ddof=1)
-        np.testing.assert_allclose(out["running_mean"], mean, rtol=1e-5)
-        np.testing.assert_allclose(out["running_var"], var, rtol=1e-5)
+def test_the_port_evaluates_as_keras_does_and_goes_on_with_its_moving_average():
+    """Keras's BatchNormalization written out: evaluation γ(x − mean)/√(var + ε) + β with the
+    moving statistics as stored; training m·old + (1 − m)·new for the mean."""
+    for part, momentum in (("evaluation", 0.99), ("running_mean", 0.9), ("running_mean", 0.6)):
+        case = _keras_case(np.random.default_rng(4), part, momentum)
+        out = outputs_of(BATCH_NORM_FROM_KERAS, BATCH_NORM_FROM_KERAS.reference, case)
+        if part == "evaluation":
+            spread = np.sqrt(case["moving_variance"] + case["epsilon"])
+            x_hat = (case["evaluation batch"] - case["moving_mean"]) / spread
+            want = case["gamma"] * x_hat + case["beta"]
+            np.testing.assert_allclose(out["output in evaluation"], want, rtol=1e-5, atol=1e-5)
+            continue
+        mean = case["moving_mean"].astype(np.float64)
+        for i, batch in enumerate(case["training batches"], start=1):
+            mean = momentum * mean + (1 - momentum) * batch.mean(0)
+            got = out[f"running_mean after training step {i}"]
+            np.testing.assert_allclose(got, mean, rtol=1e-5, atol=1e-5)
 
 
 def test_no_grad_alone_changes_the_buffers_that_predict_must_leave_alone():

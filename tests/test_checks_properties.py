@@ -144,8 +144,6 @@ UNSEEN = [
     ("layer_norm", _root_of_var_minus_eps, "NaN or infinite in every position"),
     ("stable_var", _var_last_dim, "is `x` reduced over dim 1, where dim 0 should be reduced"),
     ("stable_var", _mean_square, "not measured from the values' own mean"),
-    ("torch_momentum", lambda keras_momentum: 1 + keras_momentum, "between 0 and 1"),
-    ("torch_momentum", lambda keras_momentum: (1 - keras_momentum) / 2, "add up to"),
     ("batch_norm", _half_momentum_batch_norm, "with weight 0.05, not momentum = 0.1"),
     ("masked_batch_norm", _half_momentum_masked, "with weight 0.05, not momentum = 0.1"),
     ("masked_mean_pool", _pool_over_features, "reduced over dim 2, where dim 1 should be"),

@@ -35,16 +35,23 @@ def layer_norm_backward(grad_out, x, normalized_shape, weight=None, eps=1e-5):
 _BN = """
 import torch
 
-def batch_norm_backward(grad_out, x, weight=None, eps=1e-5):
+def batch_norm_backward(
+    grad_out, x, running_mean, running_var, weight=None, training=False, eps=1e-5
+):
     dims = (0, *range(2, x.dim()))
     n = x.numel() // x.shape[1]
-    mu = x.mean(dims, keepdim=True)
-    var = ((x - mu) ** 2).mean(dims, keepdim=True)
-    {stats}
     view = (1, -1, *[1] * (x.dim() - 2))
+    if training:
+        mu = x.mean(dims, keepdim=True)
+        var = ((x - mu) ** 2).mean(dims, keepdim=True)
+    else:
+        mu, var = running_mean.view(view), running_var.view(view)
+    {stats}
     g = grad_out if weight is None else grad_out * weight.view(view)
-    dx = (n * g - g.sum(dims, keepdim=True)
-          - xhat * (g * xhat).sum(dims, keepdim=True)) * inv / n
+    dx = g * inv
+    if training:
+        dx = (n * g - g.sum(dims, keepdim=True)
+              - xhat * (g * xhat).sum(dims, keepdim=True)) * inv / n
     if weight is None:
         return dx, None, None
     return dx, (grad_out * {xhat_w}).sum(dims), grad_out.sum(dims)

@@ -13,7 +13,6 @@ from norm_utils.data import (
     IGNORE_INDEX,
     SEP,
     copy_task_batch,
-    gaussian_clusters,
     random_token_batches,
     variable_length_batch,
 )
@@ -31,7 +30,6 @@ matplotlib.use("Agg")
 
 # Each generator as a function of its seed only, so one test checks all of them.
 GENERATORS = {
-    "gaussian_clusters": lambda seed: gaussian_clusters(64, seed=seed),
     "random_token_batches": lambda seed: random_token_batches(3, 4, 9, vocab_size=50, seed=seed),
     "copy_task_batch": lambda seed: copy_task_batch(4, 5, vocab_size=20, seed=seed),
     "variable_length_batch": lambda seed: variable_length_batch([5, 2, 7], dim=3, seed=seed),
@@ -61,21 +59,6 @@ def test_generators_leave_the_global_rng_alone(name):
     torch.manual_seed(123)
     GENERATORS[name](0)
     assert torch.equal(torch.rand(3), expected)
-
-
-def test_gaussian_clusters_shapes_and_shared_task():
-    x, y = gaussian_clusters(2000, num_classes=4, dim=8, spread=0.5, seed=0)
-    x_test, y_test = gaussian_clusters(2000, num_classes=4, dim=8, spread=0.5, seed=1)
-    assert x.shape == (2000, 8) and x.dtype == torch.float32
-    assert y.shape == (2000,) and y.dtype == torch.int64
-    assert set(y.tolist()) == {0, 1, 2, 3}
-    # Different `seed`, same `task_seed`: the class means agree (standard error 0.5 / sqrt(500)).
-    for k in range(4):
-        torch.testing.assert_close(
-            x[y == k].mean(0), x_test[y_test == k].mean(0), atol=0.15, rtol=0
-        )
-    x_other_task, _ = gaussian_clusters(2000, num_classes=4, dim=8, spread=0.5, seed=0, task_seed=1)
-    assert not torch.allclose(x, x_other_task)
 
 
 def test_random_token_batches_shape_dtype_range():

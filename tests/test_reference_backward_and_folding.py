@@ -1,6 +1,7 @@
 """The references of notebook 02's BatchNorm backward and folding exercises against PyTorch:
-`batch_norm_backward` against autograd through F.batch_norm, `fold_batch_norm` against
-torch.nn.utils.fusion, and the demos' helpers (`norm_utils.gradients`, `norm_utils.answers`)."""
+`batch_norm_backward` against autograd through F.batch_norm in both modes, `fold_batch_norm`
+against torch.nn.utils.fusion, and the demos' helpers (`norm_utils.gradients`,
+`norm_utils.answers`)."""
 
 import doctest
 
@@ -25,18 +26,31 @@ def _draw(seed: int, *shape: int, dtype=torch.float64) -> torch.Tensor:
 
 
 @settings(max_examples=25, deadline=None)
-@given(n=st.integers(2, 6), c=st.integers(1, 4), length=st.integers(0, 3), seed=SEEDS)
-def test_batch_norm_backward_is_autograd_through_f_batch_norm(n, c, length, seed):
+@given(
+    n=st.integers(2, 6),
+    c=st.integers(1, 4),
+    length=st.integers(0, 3),
+    training=st.booleans(),
+    seed=SEEDS,
+)
+def test_batch_norm_backward_is_autograd_through_f_batch_norm(n, c, length, training, seed):
     shape = (n, c, length) if length else (n, c)
     x, grad_out, weight = _draw(seed, *shape), _draw(seed + 1, *shape), _draw(seed + 2, c)
+    running_mean, running_var = _draw(seed + 3, c), _draw(seed + 4, c).abs() + 0.1
     for w in (weight, None):
         expected = autograd_gradients(
-            lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), grad_out, x, w
+            lambda x, w, b: F.batch_norm(
+                x, running_mean.clone(), running_var.clone(), w, b, training=training
+            ),
+            grad_out,
+            x,
+            w,
         )
-        for got, want in zip(batch_norm_backward(grad_out, x, w), expected, strict=True):
-            assert (got is None) == (want is None)
+        got = batch_norm_backward(grad_out, x, running_mean, running_var, w, training=training)
+        for mine, want in zip(got, expected, strict=True):
+            assert (mine is None) == (want is None)
             if want is not None:
-                torch.testing.assert_close(got, want, atol=1e-10, rtol=0)
+                torch.testing.assert_close(mine, want, atol=1e-10, rtol=0)
 
 
 @settings(max_examples=25, deadline=None)

@@ -1,5 +1,5 @@
-"""Checks for notebook 02 (BatchNorm vs LayerNorm): `batch_norm`, `torch_momentum`, `predict`
-(`group_norm` and `rms_norm`, the notebook's other norms, have their own modules).
+"""Checks for notebook 02 (BatchNorm vs LayerNorm): `batch_norm`, `batch_norm_from_keras`,
+`predict` (`batch_norm_backward` and `fold_batch_norm` have their own modules).
 
 The stateful exercises are judged on whole scenarios, not single calls: `batch_norm` runs
 several training steps on distinct batches and then one evaluation call, and the outputs and
@@ -29,6 +29,16 @@ values per channel, where the n−1 slip is inside their tolerance (`WIDE`): eit
 keeps 8.25, a swapped momentum or running statistics never updated about 7, batch statistics in
 evaluation 8. Statistics over other sets than each channel's are a wrong structure, capped at 2
 (its evaluation, right, is all it keeps).
+
+Rubric of `batch_norm_from_keras` (4): the port evaluates as the Keras layer did 1.75 (momentum
+0.9 and 0.99, and an ε other than Keras's default), and trains on as Keras averages 2.25 (its
+running_mean under three momenta 1.75, its running_var 0.5). Each slip costs what it breaks: the
+momentum passed unconverted only the training on (keeps 1.75); PyTorch's default ε only the
+evaluation (2.25), Keras's ε hard-coded the one check with another ε (3.5); γ and β not copied
+the evaluation (2.25); the moving variance rescaled by n/(n−1) the evaluation and running_var
+(1.75); buffers left at 0 and 1 everything. The moving variances span 1e-3 to 1, so that ε moves
+the output of the smallest channel by far more than the tolerance and n/(n−1) that of the
+largest.
 """
 
 from __future__ import annotations
@@ -57,13 +67,12 @@ from grader.checks.library import NORMALIZATIONS, forbid
 from grader.checks.variants import IGNORED_EPS, eps_ignored, with_affine
 from grader.grading.sandboxed.probes import (
     probe_batch_norm,
+    probe_batch_norm_from_keras,
     probe_predict,
-    probe_torch_momentum,
 )
 from normcheck.properties import (
     BATCH_NORM_RUNNING,
     BATCH_NORM_TRAINING,
-    complement,
     evaluated_on_the_batch,
 )
 
@@ -336,48 +345,150 @@ BATCH_NORM = Exercise(
 )
 
 # ---------------------------------------------------------------------------------------------
-# torch_momentum: the Keras / CS231n convention converted to PyTorch's
+# batch_norm_from_keras: a layer trained under the Keras / CS231n convention, ported to PyTorch's
 
 
-def _keras_to_torch(keras_momentum: float) -> float:
-    return 1.0 - keras_momentum
+def _from_keras_variant(
+    gamma,
+    beta,
+    moving_mean,
+    moving_variance,
+    momentum=0.99,
+    epsilon=1e-3,
+    batch_size=32,
+    *,
+    momentum_converted=True,
+    fixed_eps=None,
+    buffers_copied=True,
+    affine_copied=True,
+    unbiased_variance=False,
+):
+    """The port with a switch per classic slip; all switches at defaults is correct."""
+    layer = nn.BatchNorm1d(
+        gamma.numel(),
+        eps=epsilon if fixed_eps is None else fixed_eps,
+        momentum=1.0 - momentum if momentum_converted else momentum,
+    )
+    rescale = batch_size / (batch_size - 1) if unbiased_variance else 1.0
+    with torch.no_grad():
+        if affine_copied:
+            layer.weight.copy_(gamma)
+            layer.bias.copy_(beta)
+        if buffers_copied:
+            layer.running_mean.copy_(moving_mean)
+            layer.running_var.copy_(moving_variance * rescale)
+    return layer
 
 
-def _momentum_case(rng, keras_momentum: float) -> Arrays:
-    batches = (rng.normal(0.0, 2.0, (1, 1, 3)) + rng.standard_normal((4, 8, 3))).astype(np.float32)
-    return {"keras_momentum": np.array(keras_momentum), "batches": batches}
+_port_slip = partial(known_mistake, _from_keras_variant)
 
 
-TORCH_MOMENTUM = Exercise(
-    name="torch_momentum",
-    reference=_keras_to_torch,
-    probe=probe_torch_momentum,
-    properties=(complement,),
-    mistakes=(
-        Mistake(
-            "convention not converted",
-            "You pass the Keras momentum to PyTorch unchanged; Keras's momentum weights the old "
-            "running value, PyTorch's weights the new batch, so one is 1 − the other.",
-            lambda keras_momentum: keras_momentum,
+def _keras_case(
+    rng, part: str, momentum: float, epsilon: float = 1e-3, batch_size: int = 8, c: int = 6
+) -> Arrays:
+    """A trained Keras layer's weights, a batch to evaluate and three batches to train on. The
+    moving variances span 1e-3 to 1: ε matters on the smallest, n/(n−1) on the largest. The
+    means lie a few spreads from 0, so that float32's x − mean keeps its digits on any CPU."""
+    f32 = np.float32
+    moving_variance = rng.permutation(np.geomspace(1e-3, 1.0, c)) * rng.uniform(0.8, 1.2, c)
+    spread = np.sqrt(moving_variance)
+    moving_mean = spread * rng.normal(0.0, 3.0, c)
+    shifted = moving_mean + spread * rng.uniform(2.0, 4.0, c)  # the new batches' means moved
+    return {
+        "gamma": rng.uniform(0.5, 2.0, c).astype(f32),
+        "beta": rng.normal(0.0, 1.0, c).astype(f32),
+        "moving_mean": moving_mean.astype(f32),
+        "moving_variance": moving_variance.astype(f32),
+        "momentum": np.array(momentum),
+        "epsilon": np.array(epsilon),
+        "batch_size": np.array(batch_size),
+        "evaluation batch": (moving_mean + 2 * spread * rng.standard_normal((16, c))).astype(f32),
+        "training batches": (shifted + spread * rng.standard_normal((3, batch_size, c))).astype(
+            f32
         ),
-        Mistake(
-            "PyTorch's default hard-coded",
-            "You return PyTorch's default 0.1 whatever the Keras momentum; 0.1 is right only "
-            "for Keras momentum 0.9 (Keras's own default, 0.99, is PyTorch's 0.01).",
-            lambda keras_momentum: 0.1,
+        "judged": np.array(part),
+    }
+
+
+BATCH_NORM_FROM_KERAS = Exercise(
+    name="batch_norm_from_keras",
+    reference=_from_keras_variant,
+    probe=probe_batch_norm_from_keras,
+    mistakes=(
+        _port_slip(
+            "momentum not converted",
+            "Your layer's `momentum` is the Keras momentum; Keras's weights the old running "
+            "value, PyTorch's the new batch, so the port needs 1 − m (the buffers jump to the "
+            "last batch otherwise).",
+            momentum_converted=False,
+        ),
+        _port_slip(
+            "PyTorch's default eps",
+            "Your layer keeps PyTorch's default eps (1e-5); the Keras layer normalized with its "
+            "own `epsilon` (1e-3 by default), which matters where a running variance is small.",
+            fixed_eps=1e-5,
+        ),
+        _port_slip(
+            "eps argument ignored",
+            "Your layer uses Keras's default ε 1e-3 whatever `epsilon` it is given.",
+            fixed_eps=1e-3,
+        ),
+        _port_slip(
+            "running statistics not copied",
+            "Your layer starts from PyTorch's fresh buffers (0 and 1); copy `moving_mean` and "
+            "`moving_variance` into `running_mean` and `running_var`.",
+            buffers_copied=False,
+        ),
+        _port_slip(
+            "gamma and beta not copied",
+            "Your layer keeps PyTorch's initial weight 1 and bias 0; copy γ into `weight` and β "
+            "into `bias`.",
+            affine_copied=False,
+        ),
+        _port_slip(
+            "moving variance rescaled by n/(n−1)",
+            "You rescale the moving variance by n/(n−1) as if to make it unbiased; evaluation "
+            "divides by √(running_var + ε) whatever built it, and the Keras layer divided by "
+            "its moving variance as stored: copy it unchanged.",
+            unbiased_variance=True,
         ),
     ),
     checks=(
         visible(
-            1,
-            "the CS231n value 0.9, then four batches through nn.BatchNorm1d",
-            lambda rng: _momentum_case(rng, 0.9),
+            0.75,
+            "momentum 0.9 (CS231n's), ε 1e-3, trained on batches of 8: evaluation",
+            lambda rng: _keras_case(rng, "evaluation", 0.9),
         ),
-        hidden(0.5, "Keras's default 0.99", lambda rng: _momentum_case(rng, 0.99), twin=0.25),
+        visible(
+            0.5,
+            "momentum 0.9, then three training steps in PyTorch: running_mean",
+            lambda rng: _keras_case(rng, "running_mean", 0.9),
+        ),
         hidden(
             0.5,
-            "another Keras momentum",
-            lambda rng: _momentum_case(rng, float(rng.uniform(0.55, 0.85))),
+            "Keras's default momentum 0.99, batches of 32: evaluation",
+            lambda rng: _keras_case(rng, "evaluation", 0.99, batch_size=32),
+        ),
+        hidden(
+            0.5,
+            "momentum 0.99, then three training steps: running_mean",
+            lambda rng: _keras_case(rng, "running_mean", 0.99, batch_size=32),
+        ),
+        hidden(
+            0.5,
+            "momentum 0.99, then three training steps: running_var",
+            lambda rng: _keras_case(rng, "running_var", 0.99, batch_size=32),
+        ),
+        hidden(
+            0.5,
+            "another ε given (1e-2): evaluation",
+            lambda rng: _keras_case(rng, "evaluation", 0.99, epsilon=1e-2),
+            twin=0.25,  # the student's own check() sees Keras's ε hard-coded too
+        ),
+        hidden(
+            0.75,
+            "another Keras momentum, then three training steps: running_mean",
+            lambda rng: _keras_case(rng, "running_mean", float(rng.uniform(0.55, 0.85))),
         ),
     ),
 )
@@ -493,4 +604,4 @@ PREDICT = Exercise(
     ),
 )
 
-EXERCISES = (BATCH_NORM, TORCH_MOMENTUM, PREDICT)
+EXERCISES = (BATCH_NORM, BATCH_NORM_FROM_KERAS, PREDICT)

@@ -327,40 +327,66 @@ def layer_norm_backward(
 
 
 def batch_norm_backward(
-    grad_out: Tensor, x: Tensor, weight: Tensor | None = None, eps: float = 1e-5
+    grad_out: Tensor,
+    x: Tensor,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    weight: Tensor | None = None,
+    training: bool = False,
+    eps: float = 1e-5,
 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-    r"""Gradients of :func:`batch_norm` in training mode (batch statistics), without autograd.
+    r"""Gradients of :func:`batch_norm` (called with the same arguments), without autograd.
 
-    The closed form of :func:`layer_norm_backward` with the statistics' set changed: the means
-    :math:`\langle\cdot\rangle` run over every dim except dim 1 (the channel's :math:`n = N
-    \cdot L` values), and so do the sums giving :math:`\partial L / \partial \gamma` and
-    :math:`\partial L / \partial \beta`.
+    In **training** the statistics are the batch's, functions of every value of the channel: the
+    closed form of :func:`layer_norm_backward` over a channel's :math:`n = N \cdot L` values,
+
+    .. math::
+        \frac{\partial L}{\partial x_i} = \frac{1}{\sigma_B}\left(g_i - \langle g \rangle
+        - \hat{x}_i \langle g \hat{x} \rangle\right), \qquad g = \gamma \,
+        \frac{\partial L}{\partial y},
+
+    so each sample's gradient depends on the whole batch. In **evaluation** the running
+    statistics are constants and BatchNorm is an affine map per channel:
+    :math:`\partial L/\partial x_i = g_i / \sqrt{\hat\sigma^2 + \varepsilon}`, sample by
+    sample. :math:`\partial L/\partial \gamma` and :math:`\partial L/\partial \beta` sum
+    :math:`\partial L/\partial y \cdot \hat{x}` and :math:`\partial L/\partial y` over every
+    dim except dim 1, with :math:`\hat{x}` the normalized input of that mode.
 
     Args:
         grad_out: gradient of the loss with respect to the output of :func:`batch_norm`.
-        x: the input that was passed to :func:`batch_norm` with ``training=True``.
+        x: the input that was passed to :func:`batch_norm`.
+        running_mean, running_var: of shape (C,); read in evaluation only (``None`` allowed in
+            training).
         weight: :math:`\gamma`, of shape (C,), or ``None``.
-        eps: as for :func:`batch_norm`.
+        training, eps: as for :func:`batch_norm`.
 
     Returns:
         ``(grad_x, grad_weight, grad_bias)``; the last two are ``None`` when ``weight`` is.
 
     Shape:
         - grad_out, x, grad_x: :math:`(N, C)` or :math:`(N, C, L)`
-        - grad_weight, grad_bias: :math:`(C,)`
+        - running_mean, running_var, weight, grad_weight, grad_bias: :math:`(C,)`
 
     Example::
 
         >>> x = torch.randn(8, 3, dtype=torch.float64, requires_grad=True)
         >>> grad_out = torch.randn(8, 3, dtype=torch.float64)
         >>> batch_norm(x, None, None, training=True).backward(grad_out)
-        >>> grad_x, _, _ = batch_norm_backward(grad_out, x.detach())
+        >>> grad_x, _, _ = batch_norm_backward(grad_out, x.detach(), None, None, training=True)
         >>> torch.allclose(grad_x, x.grad)
         True
     """
     _check_channels(x, weight=weight)
     dims = (0, *range(2, x.dim()))
-    grad_x, x_hat = _normalization_backward(grad_out, x, dims, _per_channel(weight, x.dim()), eps)
+    per_channel = _per_channel(weight, x.dim())
+    if training:
+        grad_x, x_hat = _normalization_backward(grad_out, x, dims, per_channel, eps)
+    else:
+        _check_channels(x, running_mean=running_mean, running_var=running_var)
+        rstd = torch.rsqrt(_per_channel(running_var, x.dim()).to(torch.float64) + eps)
+        x_hat = (x.to(torch.float64) - _per_channel(running_mean, x.dim())) * rstd
+        g = grad_out.to(torch.float64) * (1 if per_channel is None else per_channel)
+        grad_x = g * rstd  # the statistics are constants: no path through them
     if weight is None:
         return grad_x.to(x.dtype), None, None
     grad_weight = (grad_out * x_hat).sum(dims)

@@ -62,8 +62,19 @@ def probe_backward(layer_norm_backward, a: Arrays) -> Arrays:
 
 
 def probe_batch_norm_backward(batch_norm_backward, a: Arrays) -> Arrays:
-    grad_out, x, weight = tensors(a, "grad_out", "x", "weight")
-    return _gradients(batch_norm_backward(grad_out, x, weight, eps=float(a["eps"])), weight)
+    grad_out, x, running_mean, running_var, weight = tensors(
+        a, "grad_out", "x", "running_mean", "running_var", "weight"
+    )
+    grads = batch_norm_backward(
+        grad_out,
+        x,
+        running_mean,
+        running_var,
+        weight,
+        training=bool(a["training"]),
+        eps=float(a["eps"]),
+    )
+    return _gradients(grads, weight)
 
 
 def probe_fold(fold_batch_norm, a: Arrays) -> Arrays:
@@ -123,18 +134,37 @@ def probe_batch_norm(batch_norm, a: Arrays) -> Arrays:
     return judged(out, a, BATCH_NORM_PARTS)
 
 
-def probe_torch_momentum(torch_momentum, a: Arrays) -> Arrays:
-    """The PyTorch momentum the answer gives, and what nn.BatchNorm1d then stores."""
-    momentum = float(torch_momentum(float(a["keras_momentum"])))
-    bn = nn.BatchNorm1d(a["batches"].shape[-1], affine=False, momentum=momentum)
+FROM_KERAS_PARTS = {
+    "evaluation": ("output in evaluation",),
+    "running_mean": ("running_mean after training step",),
+    "running_var": ("running_var after training step",),
+}
+
+
+def probe_batch_norm_from_keras(batch_norm_from_keras, a: Arrays) -> Arrays:
+    """The ported layer evaluated on a["evaluation batch"], then trained on a["training
+    batches"], keeping the part `a["judged"]` names."""
+    gamma, beta, moving_mean, moving_variance = tensors(
+        a, "gamma", "beta", "moving_mean", "moving_variance"
+    )
+    layer = batch_norm_from_keras(
+        gamma,
+        beta,
+        moving_mean,
+        moving_variance,
+        momentum=float(a["momentum"]),
+        epsilon=float(a["epsilon"]),
+        batch_size=int(a["batch_size"]),
+    )
+    out = {}
     with torch.no_grad():
-        for batch in torch.from_numpy(a["batches"].copy()):
-            bn(batch)
-    return {
-        "momentum": np.array(momentum),
-        "running_mean": snapshot(bn.running_mean),
-        "running_var": snapshot(bn.running_var),
-    }
+        out["output in evaluation"] = layer.eval()(torch.from_numpy(a["evaluation batch"].copy()))
+        layer.train()
+        for i, batch in enumerate(torch.from_numpy(a["training batches"].copy()), start=1):
+            layer(batch)
+            out[f"running_mean after training step {i}"] = snapshot(layer.running_mean)
+            out[f"running_var after training step {i}"] = snapshot(layer.running_var)
+    return judged(out, a, FROM_KERAS_PARTS)
 
 
 def _model_from(a: Arrays) -> nn.Sequential:
@@ -456,7 +486,7 @@ PROBES = {
         probe_batch_norm_backward,
         probe_fold,
         probe_batch_norm,
-        probe_torch_momentum,
+        probe_batch_norm_from_keras,
         probe_predict,
         probe_group_norm,
         probe_rms_norm,
