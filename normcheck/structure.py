@@ -154,3 +154,56 @@ ENCODER_PROPERTIES = (
     Combination("output", _stack_terms, structural=True),
     final_norm_reads,
 )
+
+
+# --- notebook 06's PreRMSNormBlock: its attention, read off the weights it gives
+
+
+@sentence_for("how many times q_norm and k_norm are called")
+def qk_norm_calls(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+    """`_sa_block` normalizes the queries with `q_norm` once and the keys with `k_norm` once
+    (all heads in one call); the values are not normalized."""
+    if np.array_equal(got, want):
+        return ""
+    q, k = (int(n) for n in got)
+    return (
+        f"`_sa_block` calls `q_norm` {q} and `k_norm` {k} times; each is called once, "
+        "`q_norm` on the queries and `k_norm` on the keys (the values are not normalized)"
+    )
+
+
+@sentence_for("attention weights")
+def attention_rows(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+    """Each query's attention weights are a distribution over the keys: the last dim sums to 1."""
+    if got.shape != want.shape or np.allclose(got.sum(-1), 1, atol=1e-6):
+        return ""
+    over = " (they sum to 1 over the queries, dim -2)" if np.allclose(got.sum(-2), 1) else ""
+    sums = got.sum(-1)
+    return (
+        f"each query's attention weights should sum to 1 over the keys (the last dim); yours "
+        f"sum to between {sums.min():.3g} and {sums.max():.3g}{over}"
+    )
+
+
+@sentence_for("how much the attention weights move")
+def attention_kept(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+    """With QK-norm the logits do not depend on the size of the query and key weights: the
+    attention weights move by a rounding error when those grow. A move of order one says that
+    the queries or keys reach the dot product with their size: not normalized per head."""
+    moved = float(np.abs(got).max())
+    if not np.isfinite(moved) or moved < 1e-3:
+        return ""
+    return (
+        f"your attention weights move by up to {moved:.2g} when the query and key weights "
+        f"grow ×{float(inputs['grown']):g}, where QK-norm keeps them (a move below 1e-5): "
+        "queries and keys reach the dot product with their size, not normalized"
+    )
+
+
+QK_NORM_BLOCK_PROPERTIES = (
+    call_counts,
+    batch_independence,
+    qk_norm_calls,
+    attention_rows,
+    attention_kept,
+)
