@@ -9,10 +9,10 @@ here or in a demo is an answer.
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["YoursOr", "yours_or"]
+__all__ = ["YoursOr", "why_not_yours", "yours_or"]
 
 
-def _why_not(answer: Callable) -> str:
+def why_not_yours(answer: Callable) -> str:
     """Why the demos should not use `answer`: '' when it passes its exercise's visible checks
     (or has none), else a few words ("not implemented yet", "fails 2 of 3 of its checks")."""
     from normcheck import source_of, visible  # the visible checks, with the stored outputs
@@ -72,7 +72,7 @@ class YoursOr:
 
     def _choose(self) -> Callable:
         if self._chosen is None:
-            why = _why_not(self._answer)
+            why = why_not_yours(self._answer)
             self._chosen = self._fall_back(why) if why else self._answer
         return self._chosen
 

@@ -2,10 +2,9 @@
 layer.
 
 Post-LN (Vaswani et al. 2017) and Pre-LN (Xiong et al. 2020) are
-:class:`torch.nn.TransformerEncoderLayer` with ``norm_first=False`` / ``True``; DeepNorm (Wang et
-al. 2022) subclasses it with its own ``forward``. Every weight gets the Xavier-normal init of
-those papers (:func:`xavier_init_`). The course's own Post-LN and Pre-LN blocks are exercises of
-notebook 04, so this package does not write them.
+:class:`torch.nn.TransformerEncoderLayer` with ``norm_first=False`` / ``True``. Every weight gets
+the Xavier-normal init of that paper (:func:`xavier_init_`). The course's own Post-LN, Pre-LN and
+DeepNorm blocks are exercises of notebook 04, so this package does not write them.
 
 Mask convention (the whole course uses it): a boolean mask with ``True`` = real token / may attend.
 :class:`torch.nn.TransformerEncoderLayer` uses the opposite polarity, so :class:`Encoder` inverts
@@ -19,17 +18,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from norm_utils.data import copy_task_batch, random_token_batches
+
 __all__ = [
-    "DeepNormBlock",
     "Encoder",
     "TinyLM",
-    "deepnorm_constants",
+    "copy_task_curve",
     "ffn_grad_norms",
+    "ffn_grad_profile",
     "linear_warmup",
     "xavier_init_",
 ]
 
-BlockKind = Literal["post", "pre", "deepnorm"]
+BlockKind = Literal["post", "pre"]
 
 
 def _to_torch_mask(mask: Tensor | None) -> Tensor | None:
@@ -42,20 +43,19 @@ def _to_torch_mask(mask: Tensor | None) -> Tensor | None:
     return ~mask
 
 
-def xavier_init_(layer: nn.Module, gain: float) -> None:
-    """Xavier-normal weights and zero biases for a layer with ``nn.TransformerEncoderLayer``'s
-    attributes, as in Xiong et al. (2020) and Wang et al. (2022); ``gain`` applies to the value,
-    output and FFN weights (DeepNet's β), the query and key weights keep gain 1."""
+def xavier_init_(layer: nn.Module) -> None:
+    """Xavier-normal weights (gain 1) and zero biases for a layer with
+    ``nn.TransformerEncoderLayer``'s attributes, as in Xiong et al. (2020)."""
     w_q, w_k, w_v = layer.self_attn.in_proj_weight.chunk(3)  # views into the packed weight
-    for w, g in [
-        (w_q, 1.0),
-        (w_k, 1.0),
-        (w_v, gain),
-        (layer.self_attn.out_proj.weight, gain),
-        (layer.linear1.weight, gain),
-        (layer.linear2.weight, gain),
+    for w in [
+        w_q,
+        w_k,
+        w_v,
+        layer.self_attn.out_proj.weight,
+        layer.linear1.weight,
+        layer.linear2.weight,
     ]:
-        nn.init.xavier_normal_(w, gain=g)
+        nn.init.xavier_normal_(w)
     for b in [
         layer.self_attn.in_proj_bias,
         layer.self_attn.out_proj.bias,
@@ -63,70 +63,6 @@ def xavier_init_(layer: nn.Module, gain: float) -> None:
         layer.linear2.bias,
     ]:
         nn.init.zeros_(b)
-
-
-def deepnorm_constants(num_layers: int) -> tuple[float, float]:
-    """DeepNet's encoder-only (α, β) = ((2N)^(1/4), (8N)^(-1/4)) for ``num_layers`` = N."""
-    return (2 * num_layers) ** 0.25, (8 * num_layers) ** -0.25
-
-
-class DeepNormBlock(nn.TransformerEncoderLayer):
-    r"""DeepNorm block: Post-LN with an up-weighted residual and a down-scaled init.
-
-    DeepNet (Wang et al. 2022, https://arxiv.org/abs/2203.00555) keeps Post-LN's placement but
-    bounds the size of the model update, so very deep Post-LN stacks train. For an encoder-only
-    (or decoder-only) stack of :math:`N` layers:
-
-    .. math::
-        x_{l+1} = \mathrm{LN}(\alpha x_l + F(x_l)), \quad
-        \alpha = (2N)^{1/4}, \quad \beta = (8N)^{-1/4}
-
-    and the value projection, attention output projection and both FFN weights are initialized
-    Xavier-normal with gain :math:`\beta` (query and key with gain 1).
-
-    A :class:`torch.nn.TransformerEncoderLayer` (ReLU, ``batch_first=True``) with its own
-    ``forward``: same attributes, same ``state_dict`` keys, and PyTorch's mask polarity
-    (``True`` = masked out) in ``forward``.
-
-    Args:
-        d_model: width D of the residual stream.
-        n_heads: attention heads; must divide ``d_model``.
-        d_ff: hidden width of the feed-forward sublayer.
-        num_layers: the depth :math:`N` of the stack the block lives in.
-        dropout: dropout on attention weights, sublayer outputs and the FFN hidden layer.
-        eps: LayerNorm epsilon.
-
-    Example:
-        >>> block = DeepNormBlock(d_model=16, n_heads=2, d_ff=64, num_layers=4)
-        >>> round(block.alpha, 3), round(block.beta, 3)
-        (1.682, 0.42)
-    """
-
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        num_layers: int,
-        dropout: float = 0.0,
-        eps: float = 1e-5,
-    ) -> None:
-        super().__init__(d_model, n_heads, d_ff, dropout, layer_norm_eps=eps, batch_first=True)
-        self.alpha, self.beta = deepnorm_constants(num_layers)
-        xavier_init_(self, gain=self.beta)
-
-    def forward(
-        self,
-        src: Tensor,
-        src_mask: Tensor | None = None,
-        src_key_padding_mask: Tensor | None = None,
-        is_causal: bool = False,
-    ) -> Tensor:
-        x = src  # (B, T, D)
-        x = self.norm1(
-            self.alpha * x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal)
-        )
-        return self.norm2(self.alpha * x + self._ff_block(x))  # (B, T, D)
 
 
 def _layer(
@@ -138,10 +74,8 @@ def _layer(
     dropout: float,
     eps: float,
 ) -> nn.TransformerEncoderLayer:
-    if kind == "deepnorm":
-        return DeepNormBlock(d_model, n_heads, d_ff, num_layers, dropout=dropout, eps=eps)
     if kind not in ("post", "pre"):
-        raise ValueError(f"kind must be 'post', 'pre' or 'deepnorm', got {kind!r}")
+        raise ValueError(f"kind must be 'post' or 'pre', got {kind!r}")
     layer = nn.TransformerEncoderLayer(
         d_model,
         n_heads,
@@ -151,7 +85,7 @@ def _layer(
         batch_first=True,
         norm_first=kind == "pre",
     )
-    xavier_init_(layer, gain=1.0)
+    xavier_init_(layer)
     return layer
 
 
@@ -159,16 +93,15 @@ class Encoder(nn.Module):
     """A stack of ``num_layers`` blocks of one kind, with an optional final LayerNorm.
 
     ``"post"`` and ``"pre"`` blocks are ``nn.TransformerEncoderLayer`` with ``norm_first=False``
-    / ``True``; ``"deepnorm"`` blocks are :class:`DeepNormBlock`. Pre-LN leaves the residual
-    stream un-normalized, so a Pre-LN stack needs ``final_norm=True``; Post-LN and DeepNorm
-    already end in a LayerNorm. The argument has no default on purpose: ``nn.TransformerEncoder``
-    silently adds no final norm (``norm=None``), a classic Pre-LN bug. Keys match
-    ``nn.TransformerEncoder`` (``layers.i.*``, ``norm.*``); unlike it, every layer gets its own
-    initial weights.
+    / ``True``. Pre-LN leaves the residual stream un-normalized, so a Pre-LN stack needs
+    ``final_norm=True``; Post-LN already ends in a LayerNorm. The argument has no default on
+    purpose: ``nn.TransformerEncoder`` silently adds no final norm (``norm=None``), a classic
+    Pre-LN bug. Keys match ``nn.TransformerEncoder`` (``layers.i.*``, ``norm.*``); unlike it,
+    every layer gets its own initial weights.
 
     Args:
-        kind: ``"post"``, ``"pre"`` or ``"deepnorm"``.
-        num_layers: number of blocks (also DeepNorm's N).
+        kind: ``"post"`` or ``"pre"``.
+        num_layers: number of blocks.
         d_model, n_heads, d_ff, dropout, eps: passed to each block.
         final_norm: append a LayerNorm after the last block.
 
@@ -306,6 +239,69 @@ def ffn_grad_norms(model: TinyLM, batches: Iterable[Tensor]) -> list[float]:
         model.loss(tokens[:, :-1], tokens[:, 1:]).backward()
         n += 1
     return [(layer.linear2.weight.grad / n).norm().item() for layer in model.encoder.layers]
+
+
+def ffn_grad_profile(kind: BlockKind, num_layers: int, seeds: Iterable[int]) -> Tensor:
+    """Notebook 04's measurement of Xiong et al.'s Fig. 3: :func:`ffn_grad_norms` per layer of
+    a fresh :class:`TinyLM` (V = 200, D = 64, 4 heads; a final LayerNorm for ``"pre"`` only) on
+    2 batches of 16 random sequences of 33 tokens, averaged over ``seeds`` (each seeds both the
+    model and its batches).
+
+    Returns:
+        A ``(num_layers,)`` tensor, first layer first.
+
+    Example:
+        >>> ffn_grad_profile("post", 2, seeds=[0]).shape
+        torch.Size([2])
+    """
+    per_seed = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        lm = TinyLM(200, 64, 4, num_layers, kind=kind, final_norm=kind == "pre", max_len=32)
+        batches = random_token_batches(2, 16, 33, vocab_size=200, seed=seed)
+        per_seed.append(ffn_grad_norms(lm, batches))
+    return torch.tensor(per_seed).mean(0)
+
+
+def copy_task_curve(
+    kind: BlockKind,
+    warmup: int,
+    seed: int,
+    lr: float = 1e-2,
+    max_steps: int = 60,
+    target: float = 1.5,
+) -> list[float]:
+    """Notebook 04's warm-up experiment (Xiong et al.'s Fig. 2, in miniature): train a 5-layer
+    :class:`TinyLM` (D = 32, 2 heads; a final LayerNorm for ``"pre"`` only) on the copy task
+    (:func:`~norm_utils.data.copy_task_batch`: 32 sequences of 4 tokens out of 9 a step, a fresh
+    batch each step) with Adam (``betas=(0.9, 0.98)``) at ``lr``, warmed up linearly over
+    ``warmup`` steps (:func:`linear_warmup`).
+
+    Returns:
+        The smoothed loss after each step (an exponential average, 0.2 on the newest step),
+        stopping at the first step where it is below ``target``, or after ``max_steps``.
+
+    Example:
+        >>> len(copy_task_curve("pre", warmup=0, seed=0, max_steps=3))
+        3
+    """
+    torch.manual_seed(seed)
+    lm = TinyLM(10, 32, 2, 5, kind=kind, final_norm=kind == "pre", max_len=8)
+    opt = torch.optim.Adam(lm.parameters(), lr=lr, betas=(0.9, 0.98), fused=True)  # fused: faster
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: linear_warmup(s, warmup))
+    smooth, curve = None, []
+    for step in range(max_steps):
+        inputs, targets = copy_task_batch(32, 4, vocab_size=10, seed=10_000 * seed + step)
+        loss = lm.loss(inputs, targets)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        schedule.step()
+        smooth = loss.item() if smooth is None else 0.8 * smooth + 0.2 * loss.item()
+        curve.append(smooth)
+        if smooth < target:
+            break
+    return curve
 
 
 def linear_warmup(step: int, warmup_steps: int) -> float:

@@ -12,7 +12,14 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-__all__ = ["NORM_KINDS", "plot_histograms", "plot_normalized_sets", "plot_per_layer", "pooled_set"]
+__all__ = [
+    "NORM_KINDS",
+    "plot_against_depth",
+    "plot_histograms",
+    "plot_normalized_sets",
+    "plot_per_layer",
+    "pooled_set",
+]
 
 NORM_KINDS = ("BatchNorm", "LayerNorm", "InstanceNorm", "GroupNorm")
 POOLED_RGBA = (0.2, 0.45, 0.85, 1.0)  # opaque blue: the set that shares one mean and variance
@@ -116,5 +123,26 @@ def plot_per_layer(
         ax.plot(range(1, len(values) + 1), values, marker="o", label=label)
     ax.set(xlabel="layer", ylabel=ylabel, yscale="log" if logy else "linear")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend()
+    return ax
+
+
+def plot_against_depth(
+    values_by_label: dict[str, list[float]],
+    depths: tuple[int, ...],
+    ax: Axes | None = None,
+    ylabel: str = "",
+    logy: bool = False,
+) -> Axes:
+    """One line per label of a quantity measured at each of ``depths`` (numbers of layers), on a
+    log depth axis ticked at those depths."""
+    ax = ax if ax is not None else plt.subplots(figsize=(5, 3.2))[1]
+    for label, values in values_by_label.items():
+        ax.plot(depths, values, marker="o", label=label)
+    ax.set(
+        xscale="log", xlabel="number of layers", ylabel=ylabel, yscale="log" if logy else "linear"
+    )
+    ax.minorticks_off()
+    ax.set_xticks(depths, [str(n) for n in depths])
     ax.legend()
     return ax

@@ -1,11 +1,12 @@
 """A Transformer block's residual structure, read off its outputs (notebook 04's properties).
 
-The checks of `PostLNBlock`, `PreLNBlock` and `PreLNEncoder` (grader/checks/placement.py) replace
-the sublayers by known stand-ins F₁, F₂ and record what each norm receives; with them, what a norm
-receives (or the block outputs) is a fixed combination of x and the sublayers' outputs, and a
-wrong one is said as the combination it is ("what norm2 receives is x + F₁(x), where h + F₂(h)
-belongs"). Like every property, these read only the check's inputs and outputs: they hold no
-reference block and no known mistake, so the student's own `check()` runs them too.
+The checks of `PostLNBlock`, `PreLNBlock`, `DeepNormBlock` and `PreLNEncoder`
+(grader/checks/placement.py) replace the sublayers by known stand-ins F₁, F₂ and record what each
+norm receives; with them, what a norm receives (or the block outputs) is a fixed combination of x
+and the sublayers' outputs, and a wrong one is said as the combination it is ("what norm2
+receives is x + F₁(x), where h + F₂(h) belongs"). Like every property, these read only the
+check's inputs and outputs: they hold no reference block and no known mistake, so the student's
+own `check()` runs them too.
 """
 
 from __future__ import annotations
@@ -39,18 +40,33 @@ def _stand_ins(a: Arrays):
 def _post_ln_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]] | None:
     """(what belongs there, in words; the terms a wrong one may combine) for `key`; None
     without stand-in sublayers, where the block's own sublayers are no known tensors."""
+    return _residual_scaled_terms(key, a, 1.0)
+
+
+def _deepnorm_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]] | None:
+    """As `_post_ln_terms`, the residual up-weighted by DeepNorm's α = (2N)^¼ (`a["dims"]`
+    ends with N)."""
+    return _residual_scaled_terms(key, a, (2 * int(a["dims"][-1])) ** 0.25)
+
+
+def _residual_scaled_terms(
+    key: str, a: Arrays, alpha: float
+) -> tuple[str, dict[str, np.ndarray]] | None:
+    """The terms of a Post-LN block whose residual is scaled by `alpha` (1: plain Post-LN)."""
     if "f1_weight" not in a:
         return None
     f1, f2, ln1, ln2 = _stand_ins(a)
     x = a["x"]
-    h = ln1(x + f1(x))
+    s, of_alpha = ("", "") if alpha == 1 else ("α·", f"; α = (2N)^¼ = {alpha:.4g}")
+    h = ln1(alpha * x + f1(x))
+    with_h = f"with h = LN₁({s}x + F₁(x)){of_alpha}"
     if key == "what norm1 receives":
-        return "x + F₁(x) belongs", {"x": x, "F₁(x)": f1(x)}
+        return f"{s}x + F₁(x) belongs{of_alpha}", {"x": x, "F₁(x)": f1(x)}
     if key == "what norm2 receives":
         terms = {"h": h, "F₂(h)": f2(h), "x": x, "F₂(x)": f2(x)}
-        return "h + F₂(h) belongs, with h = LN₁(x + F₁(x))", terms
-    return "LN₂(h + F₂(h)) belongs, with h = LN₁(x + F₁(x))", {
-        "LN₂(h + F₂(h))": ln2(h + f2(h)),
+        return f"{s}h + F₂(h) belongs, {with_h}", terms
+    return f"LN₂({s}h + F₂(h)) belongs, {with_h}", {
+        f"LN₂({s}h + F₂(h))": ln2(alpha * h + f2(h)),
         "h": h,
     }
 
@@ -148,6 +164,15 @@ def _block_properties(terms) -> tuple:
 
 
 POST_LN_PROPERTIES = _block_properties(_post_ln_terms)
+# A misplaced α is no wrong structure: DeepNorm's initialization, checked apart, keeps its points.
+DEEPNORM_PROPERTIES = (
+    call_counts,
+    *(
+        Combination(k, _deepnorm_terms)
+        for k in ("what norm1 receives", "what norm2 receives", "output")
+    ),
+    batch_independence,
+)
 PRE_LN_PROPERTIES = _block_properties(_pre_ln_terms)
 ENCODER_PROPERTIES = (
     batch_independence,

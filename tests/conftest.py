@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from course_walk import walked_once
 
 import norm_utils
 from grader.checks import EXERCISES, Exercise, run
@@ -24,14 +27,16 @@ torch.set_num_threads(1)
 
 # The longest test files, longest first (measured with --durations): `make test` hands whole
 # files to its workers in collection order (--dist loadfile --no-loadscope-reorder), so starting
-# these first keeps one of them from running alone at the end.
+# these first keeps one of them from running alone at the end. test_readme.py walks README's
+# nbgrader course (the `readme_walk` fixture) for test_course.py: it starts early, so that
+# test_course.py, well behind it, finds the walk done rather than waiting for it.
 LONGEST_FIRST = (
-    "test_faults.py",
-    "test_readme.py",
-    "test_course.py",
-    "test_browser.py",
     "test_release.py",
     "test_run_all_unanswered.py",
+    "test_readme.py",
+    "test_faults.py",
+    "test_browser.py",
+    "test_course.py",
     "test_checks.py",
     "test_grading.py",
     "test_serve.py",
@@ -59,6 +64,14 @@ def solution_answers() -> dict[str, tuple[Any, str]]:
 @pytest.fixture(scope="session")
 def solutions() -> dict[str, tuple[Any, str]]:
     return solution_answers()
+
+
+@pytest.fixture(scope="session")
+def readme_walk(tmp_path_factory) -> Path:
+    """The folder of README's nbgrader walk, walked once for all the session's test processes
+    (tests/course_walk.py): for reading; a test that changes it works on a copy (`copy_of`)."""
+    base = tmp_path_factory.getbasetemp()
+    return walked_once(base.parent if "PYTEST_XDIST_WORKER" in os.environ else base)
 
 
 def known_mistake(exercise: Exercise, name: str) -> Callable:

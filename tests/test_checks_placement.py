@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import inspect
 import linecache
+from functools import partial
 
 import numpy as np
 import pytest
+import torch
 from conftest import SEEDS, answer_from, solution_answers
+from deepnorm_oracle import DeepNormBlock, deepnorm_constants
 from torch import nn
+from torch.nn import functional as F
 
 from grader.checks import run
 from grader.checks.core import StudentError, outputs_of, plan
-from grader.checks.placement import EXERCISES, SWITCH_OFF
+from grader.checks.placement import EXERCISES, SWITCH_OFF, DeepNormVariant, encoder_constants
 from grader.course import notebook_path
 from grader.course.config import RELEASE
 from grader.course.intake import answer_source, read_notebook, setup_code, source_notebook
@@ -147,6 +151,85 @@ def test_a_pre_ln_block_with_zeroed_output_weights_is_a_pure_shift():
     np.testing.assert_allclose(
         out["gradient with respect to the input"], inputs["cotangent"], atol=1e-12
     )
+
+
+def _deepnorm_cases(seed: int, init: bool):
+    exercise = BY_NAME["DeepNormBlock"]
+    return [(c, i) for c, i in plan(exercise, hidden=True, seed=seed) if ("init seed" in i) == init]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_deepnorm_reference_is_the_oracles_block_under_every_probe(seed, monkeypatch):
+    """The reference (the variant, every switch off) computes the oracle's block: the same
+    outputs given the same weights, and initial gains within the init checks' tolerance."""
+    exercise = BY_NAME["DeepNormBlock"]
+    monkeypatch.setattr(probes, "TRUSTED", probes.TRUSTED | {DeepNormBlock})
+    assert encoder_constants(7) == deepnorm_constants(7)
+    for check_, inputs in plan(exercise, hidden=True, seed=seed):
+        ours = outputs_of(exercise, DeepNormVariant, inputs)
+        library = outputs_of(exercise, DeepNormBlock, inputs)
+        assert ours.keys() == library.keys()
+        tolerance = {"rtol": check_.rtol, "atol": check_.atol}
+        if "init seed" not in inputs:
+            tolerance = {"rtol": 1e-9, "atol": 1e-10}
+        for key in ours:
+            np.testing.assert_allclose(ours[key], library[key], **tolerance)
+
+
+def _xavier_uniform_deepnorm(d_model, n_heads, d_ff, num_layers):
+    """A correct answer that draws its init another way: Xavier-uniform (the same std as
+    Xavier-normal's), the weights in another order, after torch's default init."""
+    block = DeepNormVariant(d_model, n_heads, d_ff, num_layers, init=False)
+    beta = (8 * num_layers) ** -0.25
+    w_q, w_k, w_v = block.self_attn.in_proj_weight.chunk(3)
+    for w in (block.linear2.weight, block.linear1.weight, block.self_attn.out_proj.weight, w_v):
+        nn.init.xavier_uniform_(w, gain=beta)
+    for w in (w_k, w_q):
+        nn.init.xavier_uniform_(w)
+    return block
+
+
+def test_a_correct_init_drawn_another_way_passes_the_init_checks_for_every_seed(monkeypatch):
+    """The init checks compare two random draws (the answer's, the reference's): any correct
+    init passes them, whatever its law and order, for every grading seed."""
+    exercise = BY_NAME["DeepNormBlock"]
+    monkeypatch.setattr(probes, "TRUSTED", probes.TRUSTED | {_xavier_uniform_deepnorm})
+    for seed in range(40):
+        verdict = run(exercise, _xavier_uniform_deepnorm, hidden=True, seed=seed, source="")
+        init = [o for o in verdict.outcomes if "init" in o.check.description]
+        assert len(init) == 2 and all(o.passed for o in init), verdict.render()
+
+
+def _layer_norm(weights: dict, which: str, z: torch.Tensor) -> torch.Tensor:
+    return F.layer_norm(z, z.shape[-1:], weights[f"{which}.weight"], weights[f"{which}.bias"])
+
+
+def test_a_deepnorm_block_with_zeroed_output_weights_is_what_its_check_promises():
+    """LN₂(α·LN₁(α·x + b₁) + b₂), α = (2N)^¼, for the depth N the case draws."""
+    exercise = BY_NAME["DeepNormBlock"]
+    for check_, inputs in _deepnorm_cases(seed=4, init=False):
+        if "zeroed" not in check_.description:
+            continue
+        alpha = (2 * int(inputs["dims"][-1])) ** 0.25
+        w = {k[2:]: torch.from_numpy(v) for k, v in inputs.items() if k.startswith("w:")}
+        ln1, ln2 = (partial(_layer_norm, w, which) for which in ("norm1", "norm2"))
+        x = torch.from_numpy(inputs["x"])
+        h = ln1(alpha * x + w["self_attn.out_proj.bias"])
+        want = ln2(alpha * h + w["linear2.bias"])
+        out = outputs_of(exercise, exercise.reference, inputs)
+        np.testing.assert_allclose(out["output"], want.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_the_init_checks_separate_every_beta_mistake_by_far_more_than_their_tolerance():
+    """Each wrong β moves some gain by ≥ 9 % (the decoder's β against the encoder's, the
+    closest), the tolerance 5 %, a correct draw's sampling error 0.6 % (one std)."""
+    exercise = BY_NAME["DeepNormBlock"]
+    for check_, inputs in _deepnorm_cases(seed=2, init=True):
+        want = outputs_of(exercise, exercise.reference, inputs)
+        for mistake in exercise.mistakes:
+            got = outputs_of(exercise, mistake.impl, inputs)
+            gap = max(abs(float(got[k]) / float(want[k]) - 1) for k in want)
+            assert gap == 0 or gap > 1.8 * check_.rtol, (mistake.name, gap)
 
 
 def test_stand_in_outputs_reveal_what_each_norm_reads():

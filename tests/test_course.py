@@ -1,12 +1,13 @@
 """A course folder made by `grader init`, run as nbgrader's own workflow: release, fetch,
 submit and collect through an exchange, `grader autograde` into the same gradebook nbgrader's
-commands read, and those commands still working after it (collect, autograde, feedback)."""
+commands read, and those commands still working after it (collect, autograde, feedback). The
+course is the suite's one nbgrader cycle, README's walk (tests/course_walk.py), copied as it was
+just after `grader autograde`."""
 
 from __future__ import annotations
 
 import csv
 import hashlib
-import os
 import re
 import subprocess
 import sys
@@ -14,6 +15,17 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from course_walk import (
+    AUTOGRADE_LOG,
+    COLLECTED,
+    FIRST,
+    GRADED,
+    SECOND,
+    STUDENTS,
+    copy_of,
+    hand_in,
+    nbgrader,
+)
 from nbgrader.api import Gradebook, MissingEntry
 
 from grader.autograde import autograde as grade_class
@@ -21,47 +33,12 @@ from grader.checks import EXERCISES
 from grader.checks.core import Verdict
 from grader.cli import main
 from grader.course import Course, Layout, Results, fetched_feedback, notebook_path
-from grader.course.config import assignments
 from grader.gradebook.lms import points_header
 from grader.gradebook.records import cell_scores
 from grader.grading.sandbox import available
 from grader.publish.class_report import code_names, write_reports
 from grader.publish.feedback import write_feedback
 from grader.release.demo import PROFILES, expected_scores, write_class
-
-FIRST, SECOND = assignments()[:2]
-COURSE_ID = "normalization-course"
-BIN = Path(sys.executable).parent
-CACHE = ".nbgrader-cache"  # in a student's folder: nbgrader's record of their submissions
-
-
-def nbgrader(*argv: str, cwd: Path, exchange: Path, user: str = "") -> str:
-    """One nbgrader command as typed in `cwd` (a student's when `user` is given); its log."""
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    # As the student `user` would: named (nbgrader's exchange otherwise takes their login), with
-    # their own record of what they submitted (otherwise in the login's home, shared by all)
-    student = ["--course", COURSE_ID, f"--student={user}", f"--Exchange.cache={cwd / CACHE}"]
-    student = student if user else []
-    done = subprocess.run(
-        [str(BIN / "nbgrader"), *argv, *student, f"--Exchange.root={exchange}"],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, (argv, done.stdout, done.stderr)
-    return done.stdout + done.stderr
-
-
-def hand_in(root: Path, exchange: Path, student: str, assignment: str, profile: str) -> None:
-    """`student` fetches `assignment`, answers it as the sample student `profile`, submits."""
-    home = root / student
-    home.mkdir(exist_ok=True)
-    nbgrader("fetch_assignment", assignment, cwd=home, exchange=exchange, user=student)
-    notebook = PROFILES[profile].build(assignment)
-    nbformat.write(notebook, notebook_path(home, assignment))
-    nbgrader("submit", assignment, cwd=home, exchange=exchange, user=student)
 
 
 def tree(folder: Path) -> dict[str, str]:
@@ -85,23 +62,15 @@ def autograde(course: Path, *options: str) -> tuple[int, str]:
 
 
 @pytest.fixture(scope="module")
-def cycle(tmp_path_factory):
-    """`grader init`, one assignment released, handed in by ada (right) and ben (untouched),
-    collected, and graded by `grader autograde` from the course's own submitted/."""
-    root = tmp_path_factory.mktemp("nbgrader-course")
-    exchange = root / "exchange"
-    exchange.mkdir(mode=0o777)
-    course = root / "course"
-    assert main(["init", str(course)]) == 0
-    for assignment in (FIRST, SECOND):
-        nbgrader("generate_assignment", assignment, cwd=course, exchange=exchange)
-    nbgrader("release_assignment", FIRST, cwd=course, exchange=exchange)
-    hand_in(root, exchange, "ada", FIRST, "ada")
-    hand_in(root, exchange, "ben", FIRST, "ben")
-    nbgrader("collect", FIRST, cwd=course, exchange=exchange)
-    before = tree(Layout.of(course).submitted)
-    status, output = autograde(course)
-    return root, exchange, course, before, status, output
+def cycle(readme_walk, tmp_path_factory):
+    """The suite's one nbgrader cycle (tests/course_walk.py: `grader init`, the first assignment
+    released, handed in by ada (right), ben (untouched) and ivy (a classic mistake), collected,
+    and graded by `grader autograde` from the course's own submitted/), copied as it was just
+    after `grader autograde`: what was in submitted/ before it, and what it printed."""
+    root = copy_of(readme_walk / GRADED, tmp_path_factory.mktemp("nbgrader-course"))
+    before = tree(Layout.of(readme_walk / COLLECTED / "course").submitted)
+    output = (root / AUTOGRADE_LOG).read_text()
+    return root, root / "exchange", root / "course", before, output
 
 
 def score(course: Path, student: str, assignment: str) -> float:
@@ -118,8 +87,7 @@ def test_init_refuses_a_folder_that_is_not_empty(tmp_path, capsys):
 
 
 def test_autograde_grades_what_was_handed_in_and_writes_nothing_into_submitted(cycle):
-    _, _, course, before, status, output = cycle
-    assert status == 0, output
+    _, _, course, before, output = cycle  # its exit status: 0, or the walk would have failed
     assert tree(Layout.of(course).submitted) == before
     assert score(course, "ada", FIRST) == sum(expected_scores()[("ada", FIRST)].values())
     assert score(course, "ben", FIRST) == 0
@@ -182,20 +150,20 @@ def test_grader_feedback_gives_nbgraders_scores_and_renders_only_what_changed(
     page alone."""
     _, _, course, *_ = nbgraders_feedback
     nbgraders = {page: score_lines(page) for page in pages(course)}
-    assert len(nbgraders) == 2  # ada's and ben's first assignment: nothing else was graded
+    assert len(nbgraders) == len(STUDENTS)  # their first assignment: nothing else was graded
     done = grader("feedback", "--course", str(course), "--jobs", "2")
     assert done.returncode == 0, done.stderr
-    assert "feedback 2/2 pages" in done.stderr
+    assert f"feedback {len(STUDENTS)}/{len(STUDENTS)} pages" in done.stderr
     assert {page: score_lines(page) for page in pages(course)} == nbgraders
     written = pages(course)
-    assert write_feedback(Course(course), ["ada", "ben"], jobs=2)[1] == []
+    assert write_feedback(Course(course), sorted(STUDENTS), jobs=2)[1] == []
     assert pages(course) == written
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
         grade = gradebook.find_submission_notebook(FIRST, FIRST, "ben").grades[0]
         grade.manual_score = grade.max_score  # as a TA does in formgrader
         gradebook.db.commit()
         ta_score = f"Score: {grade.max_score:.1f} / {grade.max_score:.1f}"
-    write_feedback(Course(course), ["ada", "ben"], jobs=2)
+    write_feedback(Course(course), sorted(STUDENTS), jobs=2)
     changed = [page for page, written_at in pages(course).items() if written[page] != written_at]
     assert [page.parts[-3] for page in changed] == ["ben"]
     assert ta_score in score_lines(changed[0])
@@ -247,7 +215,7 @@ def test_the_lms_export_lists_the_whole_roster_with_each_assignments_points(cycl
     rows = {row["student_id"]: row for row in csv.DictReader((course / "lms.csv").open())}
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
         column = points_header(FIRST, gradebook.find_assignment(FIRST).max_score)
-    assert sorted(rows) == ["77", "ada", "ben", "zed"]
+    assert sorted(rows) == sorted(["77", *STUDENTS, "zed"])
     assert rows["zed"]["last_name"] == "Zed"
     assert rows["zed"][column] == "0"
     assert float(rows["ada"][column]) == score(course, "ada", FIRST) > 0

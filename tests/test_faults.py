@@ -24,7 +24,10 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbgrader.api import Gradebook
+from nbgrader.preprocessors import SaveAutoGrades
 from nbgrader.utils import is_solution
+from sqlalchemy import event
+from sqlalchemy.orm import Session
 
 from grader.autograde import GradebookLost, autograde, register_all
 from grader.cli import main as cli
@@ -215,6 +218,53 @@ def test_a_batch_is_recorded_in_one_gradebook_session(course_copy, monkeypatch):
     assert [o.problem for o in outcomes if o.problem] == []
     assert len(outcomes) == len(assignments())
     assert len(opened) == len(set(opened))  # each (database, course) once, not per notebook
+
+
+def test_a_notebook_is_committed_to_the_gradebook_once(course_copy):
+    """nbgrader commits after each grade and comment it writes (each SQLite commit waits for
+    the disk): a batch commits once a notebook."""
+    course, submissions = course_copy
+    commits = []
+
+    def count(session):
+        commits.append(session)
+
+    event.listen(Session, "after_commit", count)
+    try:
+        outcomes = newcomer_outcomes(run_autograde(course, submissions, Sandbox()))
+    finally:
+        event.remove(Session, "after_commit", count)
+    assert [o.problem for o in outcomes if o.problem] == []
+    # nbgrader alone commits over a dozen times a notebook
+    assert len(commits) <= 2 * len(outcomes), len(commits)
+
+
+def test_a_notebook_nbgrader_fails_to_record_halfway_leaves_nothing_recorded(
+    course_copy, monkeypatch
+):
+    """A notebook whose recording fails after nbgrader wrote its scores, before its comments,
+    is not half in the gradebook: not recorded, said so, and the next run records it."""
+    course, submissions = course_copy
+    add_comment = SaveAutoGrades._add_comment
+
+    def fails_on_the_first_notebook(self, cell, resources):
+        if resources["nbgrader"]["notebook"] == FIRST_NOTEBOOK:
+            raise OSError("the disk is full")
+        add_comment(self, cell, resources)
+
+    monkeypatch.setattr(SaveAutoGrades, "_add_comment", fails_on_the_first_notebook)
+    outcomes = newcomer_outcomes(run_autograde(course, submissions, Sandbox()))
+    failed = [o for o in outcomes if o.problem]
+    assert [o.task.assignment for o in failed] == [FIRST_NOTEBOOK]
+    assert "nbgrader could not record it" in failed[0].problem
+    assert (NEWCOMER, FIRST_NOTEBOOK) not in recorded(course)  # no scores without comments
+    assert len([key for key in recorded(course) if key[0] == NEWCOMER]) == len(outcomes) - 1
+    monkeypatch.undo()
+    assert [o.problem for o in run_autograde(course, submissions, Sandbox()) if o.problem] == []
+    assert (
+        recorded(course)[(NEWCOMER, FIRST_NOTEBOOK)]
+        == expected_scores(CLASS)[("ada", FIRST_NOTEBOOK)]
+    )
 
 
 def newcomer_outcomes(outcomes):

@@ -1,8 +1,10 @@
 """Every command in README.md's code blocks, checked against what it names or run as written.
 
 Run exactly as written: `make test` by CI (.ci/run); here, each `grader ... --help`, the
-student's `grader check` on the untouched release, and the instructor's autograde, feedback and
-export, in order, in a folder holding a one-student SUBMISSIONS class. Checked, not run: `grader
+student's `grader check` on the untouched release, the instructor's autograde, feedback and
+export, in order, in a folder holding a one-student SUBMISSIONS class, and the nbgrader course
+walk (run once for the suite by tests/course_walk.py, whose course tests/test_course.py goes on
+with). Checked, not run: `grader
 release` (it rewrites notebooks/; tests/test_release.py compares a fresh generation with it),
 `grader release --check` and `grader demo` (tests/test_release.py and tests/test_grading.py run
 what they run) parse with grader's own parser; `make` commands name the Makefile's targets and
@@ -18,13 +20,12 @@ import html
 import importlib.util
 import os
 import re
-import shlex
 import shutil
 import subprocess
-from pathlib import Path
 
 import nbformat
 import pytest
+from course_walk import FIRST, STUDENTS, WALKED, nbgrader, readme_commands, section
 
 from grader.cli import build_parser
 from grader.course import Layout, fetched_feedback, nbgrader_metadata, notebook_path
@@ -55,22 +56,7 @@ MAKEFILE = (REPO / "Makefile").read_text()
 ENVIRONMENT = (REPO / "environment.yml").read_text()
 
 
-def readme_commands(text: str = (REPO / "README.md").read_text()) -> list[list[str]]:
-    """Each line of the ```bash blocks in `text` (README), split as the shell would, without
-    its comment."""
-    blocks = re.findall(r"^```bash\n(.*?)^```", text, re.S | re.M)
-    lines = (line for block in blocks for line in block.splitlines())
-    return [argv for line in lines if (argv := shlex.split(line, comments=True))]
-
-
-def section(heading: str) -> str:
-    """README's text under `heading`, up to the next heading of any level."""
-    text = (REPO / "README.md").read_text()
-    return re.search(rf"^{re.escape(heading)}\n(.*?)(?=^#)", text, re.S | re.M)[1]
-
-
 COMMANDS = readme_commands()
-WALK = readme_commands(section("### An nbgrader course, end to end"))
 GRADER_COMMANDS = [argv for argv in COMMANDS if argv[0] == GRADER]
 RUN_HERE = [argv for argv in GRADER_COMMANDS if "--help" in argv or argv[1] == "check"]
 INSTRUCTOR = [argv for argv in GRADER_COMMANDS if argv[1] in ("autograde", "feedback", "export")]
@@ -167,47 +153,22 @@ def test_the_instructor_commands_run_as_written_in_order(tmp_path):
 DIAGNOSED = "unbiased estimator"  # how the checks name ivy's mistake (grader.release.demo)
 
 
-def nbgrader_as(student: str, *argv: str, cwd: Path, exchange: Path) -> None:
-    """A student's nbgrader command (fetch, submit, fetch_feedback) in their own folder."""
-    options = ["--course", "normalization-course", f"--student={student}"]
-    options.append(f"--Exchange.root={exchange}")
-    nbgrader = str(REPO / ".venv" / "bin" / "nbgrader")
-    done = subprocess.run([nbgrader, *argv, *options], cwd=cwd, capture_output=True, text=True)
-    assert done.returncode == 0, (argv, done.stderr)
-
-
-@NO_VENV
-@pytest.mark.skipif(not available(), reason="bubblewrap is not installed: autograde refuses")
-def test_the_nbgrader_course_walk_runs_as_written_in_order(tmp_path):
-    """Each command of the walk as written, in its folder; in between, what the instructor
-    does by hand (set the exchange) and what a student does (fetch, answer, submit)."""
-    (tmp_path / ".venv").symlink_to(REPO / ".venv")
-    exchange, ada = tmp_path / "exchange", tmp_path / "ada"
-    exchange.mkdir()
-    ada.mkdir()
-    assignment = assignments()[0]
-    cwd = tmp_path
-    for argv in WALK:
-        if argv[0] == "cd":
-            cwd = cwd / argv[1]
-            with (cwd / "nbgrader_config.py").open("a") as config:  # as README asks
-                config.write(f"c.Exchange.root = {str(exchange)!r}\n")
-            continue
-        if argv[1] == "collect":
-            nbgrader_as("ada", "fetch_assignment", assignment, cwd=ada, exchange=exchange)
-            answered = notebook_path(ada, assignment)
-            nbformat.write(PROFILES["ivy"].build(assignment), answered)  # a classic mistake
-            nbgrader_as("ada", "submit", assignment, cwd=ada, exchange=exchange)
-        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, (argv, done.stdout, done.stderr)
-    nbgrader_as("ada", "fetch_feedback", assignment, cwd=ada, exchange=exchange)
-    (page,) = fetched_feedback(ada, assignment).rglob(f"{assignment}.html")
+def test_the_nbgrader_course_walk_runs_as_written_in_order(readme_walk):
+    """Each command of the walk as written, in its folder (the suite's one nbgrader cycle,
+    tests/course_walk.py): ivy fetches the feedback it released and reads her mistake's
+    diagnosis; the export and the report hold each student's grade and the diagnosis."""
+    root = readme_walk / WALKED
+    nbgrader("fetch_feedback", FIRST, cwd=root / "ivy", exchange=root / "exchange", user="ivy")
+    (page,) = fetched_feedback(root / "ivy", FIRST).rglob(f"{FIRST}.html")
     assert DIAGNOSED in html.unescape(page.read_text())
-    (row,) = csv.DictReader((cwd / "grades.csv").open())
-    score = sum(expected_scores({"ivy": PROFILES["ivy"]})[("ivy", assignment)].values())
-    assert row["student_id"] == "ada"
-    assert [float(v) for k, v in row.items() if k.startswith(f"{assignment} (")] == [score]
-    report = html.unescape((cwd / "reports" / f"{assignment}.html").read_text())
+    rows = {
+        row["student_id"]: row for row in csv.DictReader((root / "course" / "grades.csv").open())
+    }
+    assert sorted(rows) == sorted(STUDENTS)
+    for student, profile in STUDENTS.items():
+        score = sum(expected_scores({profile: PROFILES[profile]})[(profile, FIRST)].values())
+        assert [float(v) for k, v in rows[student].items() if k.startswith(f"{FIRST} (")] == [score]
+    report = html.unescape((root / "course" / "reports" / f"{FIRST}.html").read_text())
     assert re.search(rf"<li>1 × [^<]*{DIAGNOSED}", report)
 
 

@@ -29,12 +29,12 @@ import nbformat
 import psycopg2
 import pytest
 from celery import Celery
+from course_walk import COURSE_ID, hand_in, nbgrader
 from nbgrader.api import Gradebook
 from nbgrader.apps import NbGraderAPI
 from nbgrader.auth import Authenticator
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.exchange.default.submit import ExchangeSubmit
-from test_course import COURSE_ID, hand_in, nbgrader
 from traitlets.config import Config
 
 from grader.autograde import register_all, sandboxed

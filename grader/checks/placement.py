@@ -26,18 +26,30 @@ structure (mixed samples, a norm reading the wrong tensor) keeps at most 1 of 6 
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import torch.nn.functional as F
 from torch import nn
 
-from grader.checks.core import FLOAT64, Arrays, Check, Exercise, Mistake, Structure, hidden, visible
-from grader.checks.library import LIBRARY_BLOCKS, LIBRARY_STACKS, forbid
+from grader.checks.core import (
+    FLOAT64,
+    Arrays,
+    Check,
+    Exercise,
+    Mistake,
+    Structure,
+    hidden,
+    known_mistake,
+    visible,
+)
+from grader.checks.library import DEEPNORM_INIT, LIBRARY_BLOCKS, LIBRARY_STACKS, forbid
 from grader.grading.sandboxed import probes
-from grader.grading.sandboxed.probes import probe_block, probe_stack
+from grader.grading.sandboxed.probes import probe_block, probe_deepnorm_block, probe_stack
 from grader.reference.blocks import PostLNBlock, PreLNBlock
 from norm_utils.blocks import Encoder
 from normcheck.structure import (
+    DEEPNORM_PROPERTIES,
     ENCODER_PROPERTIES,
     POST_LN_PROPERTIES,
     PRE_LN_PROPERTIES,
@@ -443,7 +455,196 @@ PRE_LN_ENCODER = Exercise(
     forbidden=forbid(LIBRARY_STACKS),
 )
 
-EXERCISES = (POST_LN_BLOCK, PRE_LN_BLOCK, PRE_LN_ENCODER)
+# ---------------------------------------------------------------------------------------------
+# DeepNorm (Exercise 4): Post-LN with the residual up-weighted by α and the init scaled by β
+
+# The weights DeepNet's pseudo-code (Wang et al. 2022, Fig. 2) draws with gain β: those that set
+# the size of what a sublayer adds to the stream. `w_q` and `w_k` only shape the attention weights.
+BETA_SCALED = frozenset({"w_v", "out_proj", "linear1", "linear2"})
+
+
+def encoder_constants(num_layers: int) -> tuple[float, float]:
+    """DeepNet's (α, β) for an encoder-only stack of N layers: ((2N)^¼, (8N)^-¼) (written out
+    here: norm_utils' `deepnorm_constants` is what the answer may not call)."""
+    return (2 * num_layers) ** 0.25, (8 * num_layers) ** -0.25
+
+
+def decoder_constants(num_layers: int) -> tuple[float, float]:
+    """DeepNet's (α, β) for the decoder of an encoder-decoder: ((3M)^¼, (12M)^-¼)."""
+    return (3 * num_layers) ** 0.25, (12 * num_layers) ** -0.25
+
+
+class DeepNormVariant(PostLNBlock):
+    """DeepNorm, with a switch per classic slip; the defaults are correct. `alpha_at`: where α
+    goes ("residual", LN(α·x + F(x)); "branch", LN(x + α·F(x)); "outside", α·LN(x + F(x));
+    "nowhere"); `beta_on`: the weights drawn Xavier-normal with gain β, the others with gain 1;
+    `init=False` keeps PyTorch's default init; `constants`: N ↦ (α, β)."""
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        num_layers: int,
+        *,
+        alpha_at: str = "residual",
+        beta_on: frozenset[str] = BETA_SCALED,
+        init: bool = True,
+        constants=encoder_constants,
+    ) -> None:
+        super().__init__(d_model, n_heads, d_ff)
+        self.alpha, beta = constants(num_layers)
+        self.alpha_at = alpha_at
+        attn = self.self_attn
+        if not init:  # PyTorch's own: the packed in_proj_weight as one matrix, Linear's uniform
+            for linear in (attn.out_proj, self.linear1, self.linear2):
+                linear.reset_parameters()
+            attn._reset_parameters()
+            return
+        weights = dict(zip(("w_q", "w_k", "w_v"), attn.in_proj_weight.chunk(3), strict=True))
+        weights |= {"out_proj": attn.out_proj.weight, "linear1": self.linear1.weight}
+        weights["linear2"] = self.linear2.weight
+        for name, w in weights.items():
+            nn.init.xavier_normal_(w, gain=beta if name in beta_on else 1.0)
+
+    def _add_and_norm(self, norm: nn.LayerNorm, x, branch):
+        if self.alpha_at == "residual":
+            return norm(self.alpha * x + branch)
+        if self.alpha_at == "branch":
+            return norm(x + self.alpha * branch)
+        y = norm(x + branch)
+        return self.alpha * y if self.alpha_at == "outside" else y
+
+    def forward(self, x, attn_mask=None, key_padding_mask=None):
+        x = self._add_and_norm(self.norm1, x, self._sa_block(x, attn_mask, key_padding_mask))
+        return self._add_and_norm(self.norm2, x, self._ff_block(x))
+
+
+def _deepnorm_case(rng: np.random.Generator, num_layers: int, *args, **kwargs) -> Arrays:
+    """`_case`'s block, built for a stack of `num_layers`: its dims end with N."""
+    case = _case(rng, *args, **kwargs)
+    case["dims"] = np.append(case["dims"], num_layers)
+    return case
+
+
+def _init_case(rng: np.random.Generator, num_layers: int, d_ff: int) -> Arrays:
+    """A block of width 512 for a stack of `num_layers`, built under a seed drawn here. Each
+    weight has ≥ 262,144 entries, so its std is known to 0.14 %: two draws of a correct init
+    (the answer's, the reference's) agree to 3 % beyond 15 standard deviations, and the
+    nearest slip (the decoder's β, 9.6 % smaller) is three tolerances away."""
+    return {"dims": np.array([512, 4, d_ff, num_layers]), "init seed": rng.integers(2**31)}
+
+
+_INIT = {"rtol": 0.03, "atol": 0.0}
+_deepnorm_slip = partial(known_mistake, DeepNormVariant)
+
+DEEPNORM_MISTAKES = (
+    _deepnorm_slip(
+        "α on the branch",
+        "Your α multiplies the sublayer's output, LN(x + α·F(x)); DeepNorm up-weights the "
+        "residual, LN(α·x + F(x)), so that each sublayer (its init shrunk by β) moves the "
+        "stream less: α on the branch makes it move more.",
+        alpha_at="branch",
+    ),
+    _deepnorm_slip(
+        "α outside the norm",
+        "Your α multiplies the LayerNorm's output, α·LN(x + F(x)): the residual and the "
+        "sublayer still enter the norm with equal weight, and the block's output is no longer "
+        "normalized. α belongs inside the norm, on the residual: LN(α·x + F(x)).",
+        alpha_at="outside",
+    ),
+    _deepnorm_slip(
+        "α missing",
+        "Your residual enters the norm with weight 1, LN(x + F(x)): that is Post-LN. DeepNorm "
+        "up-weights it, LN(α·x + F(x)) with α = (2N)^¼.",
+        alpha_at="nowhere",
+    ),
+    _deepnorm_slip(
+        "β on `w_q` and `w_k` too",
+        "Your `w_q` and `w_k` are drawn with gain β too. DeepNet leaves them at gain 1: they only "
+        "shape the attention weights (each row sums to 1 after the softmax), not the size of "
+        "what the sublayer adds to the stream.",
+        beta_on=BETA_SCALED | {"w_q", "w_k"},
+    ),
+    _deepnorm_slip(
+        "β on the feed-forward only",
+        "Your attention's `w_v` and `out_proj` keep gain 1. β scales them as well as linear1 and "
+        "linear2: the value path, like the feed-forward, sets the size of what its sublayer "
+        "adds to the stream.",
+        beta_on=frozenset({"linear1", "linear2"}),
+    ),
+    _deepnorm_slip(
+        "β missing",
+        "Your weights are Xavier-normal with gain 1 everywhere: `w_v`, `out_proj`, `linear1` "
+        "and `linear2` need gain β = (8N)^-¼.",
+        beta_on=frozenset(),
+    ),
+    _deepnorm_slip(
+        "PyTorch's default init kept",
+        "Your weights keep PyTorch's default init (nn.MultiheadAttention draws the packed "
+        "in_proj_weight as one (3·d, d) matrix, so `w_q`'s std is 1/√2 of Xavier's; nn.Linear "
+        "draws uniform at 1/√(3·fan_in)): DeepNorm draws each weight Xavier-normal, with gain "
+        "β or 1.",
+        init=False,
+    ),
+    _deepnorm_slip(
+        "decoder constants",
+        "Your α and β are DeepNet's for the decoder of an encoder-decoder, (3N)^¼ and "
+        "(12N)^-¼; an encoder-only stack takes α = (2N)^¼ and β = (8N)^-¼.",
+        constants=decoder_constants,
+    ),
+)
+
+DEEPNORM_BLOCK = Exercise(
+    name="DeepNormBlock",
+    reference=DeepNormVariant,  # every switch off
+    probe=probe_deepnorm_block,
+    checks=(
+        visible(
+            1,
+            "N = 6: outputs and input gradients equal DeepNet's block LN(α·x + F(x)), α = "
+            "(2N)^¼, given the same weights",
+            lambda rng: _deepnorm_case(rng, 6),
+        ),
+        visible(
+            0.5,
+            "N = 6, the sublayers replaced by known functions F₁, F₂: output, input gradient, "
+            "and what `norm1` and `norm2` each receive",
+            lambda rng: _deepnorm_case(rng, 6, stand_in=True),
+        ),
+        hidden(
+            1,
+            "output weights zeroed, so each sublayer outputs only its bias b: the block must "
+            "reduce to LN₂(α·LN₁(α·x + b₁) + b₂), for a depth N drawn at grading",
+            lambda rng: _deepnorm_case(rng, int(rng.integers(2, 100)), switch_off=True),
+        ),
+        hidden(
+            0.5,
+            "random weights, 4 heads, d_model 12, inputs of scale 3, N = 24: outputs and gradients",
+            lambda rng: _deepnorm_case(rng, 24, 12, 4, 20, batch=3, seq=4, scale=3.0),
+        ),
+        visible(
+            1.5,
+            "N = 6: the initial std of w_q, w_k, w_v, out_proj, linear1 and linear2, each as a "
+            "multiple of Xavier-normal's (its gain)",
+            lambda rng: _init_case(rng, 6, 1024),
+            **_INIT,
+        ),
+        hidden(
+            1.5,
+            "the initial gains for a depth N drawn at grading, another d_ff",
+            lambda rng: _init_case(rng, int(rng.integers(10, 200)), 2048),
+            **_INIT,
+        ),
+    ),
+    mistakes=DEEPNORM_MISTAKES,
+    properties=DEEPNORM_PROPERTIES,
+    structure=Structure("samples kept apart, each norm called once per forward", cap=3),
+    **FLOAT64,
+    forbidden=forbid(LIBRARY_BLOCKS, LIBRARY_STACKS, DEEPNORM_INIT),
+)
+
+EXERCISES = (POST_LN_BLOCK, PRE_LN_BLOCK, PRE_LN_ENCODER, DEEPNORM_BLOCK)
 
 probes.TRUSTED.update(
     {e.reference for e in EXERCISES}

@@ -47,10 +47,14 @@ def record(course: Course, api: NbGraderAPI, submission: Submission, student: st
     returns why it could not be recorded ('' when it was)."""
     standing = _standing_grades(course, student, submission)
     _stage(course, student, submission)
-    result = api.autograde(submission.assignment, student, force=True, create=True)
+    result = {"success": False}
+    try:
+        result = api.autograde(submission.assignment, student, force=True, create=True)
+    finally:
+        result["success"] = _settle(result["success"])
     if not result["success"]:
         tail = (result.get("error") or result.get("log") or "").strip().splitlines()[-1:]
-        return f"nbgrader could not record it: {' '.join(tail)}"
+        return f"nbgrader could not record it: {' '.join(tail) or 'it rolled part of it back'}"
     _keep_standing(course, student, submission.assignment, standing)
     write_atomically(course.stamp(student, submission.assignment), submission.fingerprint)
     return ""
@@ -127,9 +131,30 @@ RECORDING_MODULES = (
 )
 
 
+class _OneCommitANotebook:
+    """A batch's gradebook session as nbgrader uses it: nbgrader commits after every grade and
+    comment it writes, a dozen times a notebook, and each SQLite commit waits for the disk;
+    here its commits only flush, and `record` commits once the notebook is recorded (or rolls
+    it back). A rollback of nbgrader's own still rolls back, and the notebook is not recorded."""
+
+    def __init__(self, session) -> None:
+        self.session = session
+        self.rolled_back = False
+
+    def __getattr__(self, name: str):
+        return getattr(self.session, name)
+
+    def commit(self) -> None:
+        self.session.flush()
+
+    def rollback(self) -> None:
+        self.session.rollback()
+        self.rolled_back = True
+
+
 class _SharedGradebook:
     """One gradebook as nbgrader's recording code uses it, kept open for the batch: its `close`
-    (and the end of a `with`) only ends the transaction, as closing its session would."""
+    (and the end of a `with`) leaves the notebook's writes for `record` to commit."""
 
     def __init__(self, gradebook: Gradebook) -> None:
         self._gradebook = gradebook
@@ -144,20 +169,45 @@ class _SharedGradebook:
         self.close()
 
     def close(self) -> None:
-        self._gradebook.db.rollback()  # what is committed stays; what is not is dropped
+        pass
+
+
+# The batch's session of each database, while one records (the main thread only).
+_batch_sessions: dict[str, _OneCommitANotebook] = {}
+
+
+def _settle(recorded: bool) -> bool:
+    """Commit the notebook nbgrader just recorded in the batch's sessions, or roll it back when
+    nbgrader failed or rolled part of it back; whether it is recorded."""
+    recorded = recorded and not any(s.rolled_back for s in _batch_sessions.values())
+    for shared in _batch_sessions.values():
+        if recorded:
+            shared.session.commit()
+        else:
+            shared.session.rollback()
+        shared.rolled_back = False
+    return recorded
 
 
 @contextmanager
 def one_gradebook_session() -> Iterator[None]:
     """While recording a batch (in this thread only), every gradebook nbgrader's `autograde`
-    opens is one, opened once per database and course."""
+    opens is one, opened once per database and course, committed once a notebook."""
     opened: dict[tuple[str, str], Gradebook] = {}
+    own: dict[Gradebook, object] = {}  # each gradebook's own session, to close with it
 
     def shared(
         db_url: str, course_id: str = "default_course", authenticator=None
     ) -> _SharedGradebook:
         if (db_url, course_id) not in opened:
-            opened[(db_url, course_id)] = Gradebook(db_url, course_id, authenticator)
+            gradebook = Gradebook(db_url, course_id, authenticator)
+            own[gradebook] = gradebook.db
+            # One session a database, whatever the course: another would not see the writes
+            # of this notebook until they are committed.
+            if db_url not in _batch_sessions:
+                _batch_sessions[db_url] = _OneCommitANotebook(gradebook.db)
+            gradebook.db = _batch_sessions[db_url]
+            opened[(db_url, course_id)] = gradebook
         return _SharedGradebook(opened[(db_url, course_id)])
 
     modules = {importlib.import_module(name): shared for name in RECORDING_MODULES}
@@ -168,7 +218,10 @@ def one_gradebook_session() -> Iterator[None]:
     finally:
         for module, previous in modules.items():
             module.Gradebook = previous
-        for gradebook in opened.values():
+        _settle(False)  # nothing is left half-recorded
+        _batch_sessions.clear()
+        for gradebook, session in own.items():
+            gradebook.db = session
             gradebook.close()
 
 

@@ -31,7 +31,7 @@ class _Block(nn.Module):
         self.norm1 = nn.LayerNorm(d_model, eps=eps)
         self.norm2 = nn.LayerNorm(d_model, eps=eps)
         self.dropout = nn.Dropout(dropout)  # stateless, so one module serves every sublayer
-        xavier_init_(self, gain=1.0)
+        xavier_init_(self)
 
     def _sa_block(
         self, x: Tensor, attn_mask: Tensor | None, key_padding_mask: Tensor | None

@@ -387,8 +387,7 @@ def _forward_backward(module: nn.Module, a: Arrays, alone: bool = True) -> dict[
 
 
 def probe_block(block_cls, a: Arrays) -> dict[str, torch.Tensor]:
-    d, heads, d_ff = (int(v) for v in a["dims"])
-    block = block_cls(d, heads, d_ff)
+    block = block_cls(*(int(v) for v in a["dims"]))  # (d_model, n_heads, d_ff[, num_layers])
     _own_work(block_cls, block, LIBRARY_BLOCKS)
     block = _load(block, a)
     if "f1_weight" not in a:
@@ -412,6 +411,30 @@ def probe_block(block_cls, a: Arrays) -> dict[str, torch.Tensor]:
     for name, inputs in seen.items():  # what each norm reads (first call; empty if never called)
         out[f"what {name} receives"] = inputs[0] if inputs else torch.zeros(0)
     return out | result
+
+
+INIT_GAIN = "the gain of {}'s initialization (its std ÷ Xavier-normal's with gain 1)"
+
+
+def probe_deepnorm_block(block_cls, a: Arrays) -> dict[str, torch.Tensor]:
+    """`probe_block`'s checks on a block built for a stack of N layers (`a["dims"]` ends with
+    N); with an "init seed", the gain each weight was drawn with instead: its std times
+    sqrt((fan_in + fan_out) / 2), Xavier-normal's std with gain 1 being sqrt(2 / (fan_in +
+    fan_out)). w_q, w_k, w_v are the three thirds of the packed `in_proj_weight`."""
+    if "init seed" not in a:
+        return probe_block(block_cls, a)
+    with torch.random.fork_rng():  # a check cell never changes the notebook's random numbers
+        torch.manual_seed(int(a["init seed"]))
+        block = block_cls(*(int(v) for v in a["dims"]))
+    _own_work(block_cls, block, LIBRARY_BLOCKS)
+    attn = block.self_attn
+    weights = dict(zip(("w_q", "w_k", "w_v"), attn.in_proj_weight.chunk(3), strict=True))
+    weights |= {"out_proj": attn.out_proj.weight, "linear1": block.linear1.weight}
+    weights["linear2"] = block.linear2.weight
+    return {
+        INIT_GAIN.format(name): w.detach().double().std() * (sum(w.shape) / 2) ** 0.5
+        for name, w in weights.items()
+    }
 
 
 def probe_stack(encoder_cls, a: Arrays) -> dict[str, torch.Tensor]:
@@ -439,6 +462,7 @@ PROBES = {
         probe_masked_bn,
         probe_pool,
         probe_block,
+        probe_deepnorm_block,
         probe_stack,
         probe_my_batch_norm,
     )
