@@ -29,11 +29,17 @@ def _layer_norm(z: np.ndarray, a: Arrays, which: str) -> np.ndarray:
     return y.numpy()
 
 
-def _stand_ins(a: Arrays):
+def _rms_norm(z: np.ndarray, a: Arrays, which: str) -> np.ndarray:
+    """What the block's RMSNorm `which` gives for `z` (notebook 06's blocks: ε = 1e-6)."""
+    weight = torch.from_numpy(a[f"w:{which}.weight"])
+    return F.rms_norm(torch.from_numpy(z), z.shape[-1:], weight, eps=1e-6).numpy()
+
+
+def _stand_ins(a: Arrays, norm=_layer_norm):
     f1 = lambda z: np.tanh(z @ a["f1_weight"]) + a["f1_bias"]  # noqa: E731
     f2 = lambda z: z @ a["f2_weight"]  # noqa: E731
-    ln1 = lambda z: _layer_norm(z, a, "norm1")  # noqa: E731
-    ln2 = lambda z: _layer_norm(z, a, "norm2")  # noqa: E731
+    ln1 = lambda z: norm(z, a, "norm1")  # noqa: E731
+    ln2 = lambda z: norm(z, a, "norm2")  # noqa: E731
     return f1, f2, ln1, ln2
 
 
@@ -72,17 +78,28 @@ def _residual_scaled_terms(
 
 
 def _pre_ln_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]] | None:
+    return _pre_norm_terms(key, a, _layer_norm, "LN")
+
+
+def _pre_rms_norm_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]] | None:
+    """As `_pre_ln_terms`, each norm an RMSNorm (notebook 06's `PreRMSNormBlock`)."""
+    return _pre_norm_terms(key, a, _rms_norm, "RMS")
+
+
+def _pre_norm_terms(key: str, a: Arrays, norm, n: str) -> tuple[str, dict[str, np.ndarray]] | None:
+    """The terms of a Pre-norm block whose norms compute `norm`, said `n` ("LN", "RMS")."""
     if "f1_weight" not in a:
         return None
-    f1, f2, ln1, ln2 = _stand_ins(a)
+    f1, f2, norm1, norm2 = _stand_ins(a, norm)
     x = a["x"]
-    u = x + f1(ln1(x))
+    u = x + f1(norm1(x))
     if key == "what norm1 receives":
         return "x belongs", {"x": x, "F₁(x)": f1(x)}
     if key == "what norm2 receives":
-        return "u = x + F₁(LN₁(x)) belongs", {"x": x, "F₁(LN₁(x))": f1(ln1(x)), "LN₁(x)": ln1(x)}
-    terms = {"u": u, "F₂(LN₂(u))": f2(ln2(u)), "LN₂(u)": ln2(u)}
-    return "u + F₂(LN₂(u)) belongs, with u = x + F₁(LN₁(x))", terms
+        terms = {"x": x, f"F₁({n}₁(x))": f1(norm1(x)), f"{n}₁(x)": norm1(x)}
+        return f"u = x + F₁({n}₁(x)) belongs", terms
+    terms = {"u": u, f"F₂({n}₂(u))": f2(norm2(u)), f"{n}₂(u)": norm2(u)}
+    return f"u + F₂({n}₂(u)) belongs, with u = x + F₁({n}₁(x))", terms
 
 
 def _stack_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]]:
@@ -226,8 +243,7 @@ def attention_kept(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) 
 
 
 QK_NORM_BLOCK_PROPERTIES = (
-    call_counts,
-    batch_independence,
+    *_block_properties(_pre_rms_norm_terms),
     qk_norm_calls,
     attention_rows,
     attention_kept,
