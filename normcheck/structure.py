@@ -201,16 +201,18 @@ ENCODER_PROPERTIES = (
 # --- notebook 06's PreRMSNormBlock: its attention, read off the weights it gives
 
 
-@sentence_for("how many times q_norm and k_norm are called")
-def qk_norm_calls(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
-    """`_sa_block` normalizes the queries with `q_norm` once and the keys with `k_norm` once
-    (all heads in one call); the values are not normalized."""
+@sentence_for("how much q_norm and k_norm normalize")
+def qk_norm_inputs(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+    """In `_sa_block`, `q_norm` normalizes the queries and `k_norm` the keys, each as many values
+    as the queries hold (in one call for all heads, or one a head); the values are not
+    normalized."""
     if np.array_equal(got, want):
         return ""
-    q, k = (int(n) for n in got)
+    q, k = (f"{n:g}" for n in got)
     return (
-        f"`_sa_block` calls `q_norm` {q} and `k_norm` {k} times; each is called once, "
-        "`q_norm` on the queries and `k_norm` on the keys (the values are not normalized)"
+        f"in `_sa_block`, `q_norm` normalizes {q} and `k_norm` {k} times as many values as the "
+        "queries hold; each should normalize one projection, `q_norm` the queries and `k_norm` "
+        "the keys (the values are not normalized)"
     )
 
 
@@ -244,7 +246,7 @@ def attention_kept(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) 
 
 QK_NORM_BLOCK_PROPERTIES = (
     *_block_properties(_pre_rms_norm_terms),
-    qk_norm_calls,
+    qk_norm_inputs,
     attention_rows,
     attention_kept,
 )

@@ -2,16 +2,18 @@
 attention normalizes each head's queries and keys (QK-norm) before the scaled dot product.
 
 The student's class is built with the given constructor, given known weights (plain arrays in its
-`state_dict` layout, every norm's weight far from 1), and run in float64 three ways:
+`state_dict` layout, each norm's weight drawn around 1 with spread 0.4), and run in float64 three
+ways:
 
 - whole: outputs and input gradients against the reference block (grader/reference/modern.py);
 - its sublayers replaced by known functions F₁, F₂, with hooks on `norm1` and `norm2` (the probe
   of notebook 04's blocks): where each RMSNorm sits, read off independently of the attention;
 - its attention alone: the weights `attention(x)` gives, the output of `_sa_block(x)` and how
-  many times it calls `q_norm` and `k_norm`, judged as two parts; and how much the attention
-  weights move when the query and key weights grow ×30, which QK-norm makes a rounding error.
+  many values `q_norm` and `k_norm` normalize there (one call for all heads or one a head count
+  alike), judged as two parts; and how much the attention weights move when the query and key
+  weights grow ×30, which QK-norm makes a rounding error.
 
-Every mistake below moves what its checks compare by order one (norm weights far from 1, heads of
+Every mistake below moves what its checks compare by order one (norm weights unlike 1, heads of
 4 features, where a missing or wrong √head_dim scales the logits by 2 or more), far beyond the
 float64 tolerance, for any grading seed.
 
@@ -49,8 +51,9 @@ PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
 
 
 def _weights(rng: np.random.Generator, d: int, heads: int, d_ff: int) -> Arrays:
-    """Random float64 weights in the block's `state_dict` layout, every norm's weight far from 1
-    so that no misplaced or missing norm hides behind an identity weight."""
+    """Random float64 weights in the block's `state_dict` layout, each norm's weight drawn
+    around 1 with spread 0.4, so that no misplaced or missing norm hides behind an identity
+    weight."""
     weights = {f"w:{p}.weight": rng.normal(0, d**-0.5, (d, d)) for p in PROJECTIONS}
     weights["w:linear1.weight"] = rng.normal(0, d**-0.5, (d_ff, d))
     weights["w:linear2.weight"] = rng.normal(0, d_ff**-0.5, (d, d_ff))
@@ -250,8 +253,8 @@ PRE_RMS_NORM_BLOCK = Exercise(
         ),
         visible(
             0.75,
-            "the attention sublayer `_sa_block(x)`: its output, and how many times it calls "
-            "`q_norm` and `k_norm`",
+            "the attention sublayer `_sa_block(x)`: its output, and what `q_norm` and `k_norm` "
+            "normalize",
             lambda rng: _case(rng, attention="attention sublayer"),
         ),
         hidden(
@@ -274,7 +277,7 @@ PRE_RMS_NORM_BLOCK = Exercise(
         ),
         hidden(
             0.75,
-            "the attention sublayer with 3 heads, d_model 12: output and QK-norm calls",
+            "the attention sublayer with 3 heads, d_model 12: output and what QK-norm normalizes",
             lambda rng: _case(rng, 12, 3, 20, seq=7, attention="attention sublayer"),
         ),
         hidden(
