@@ -29,11 +29,17 @@ def _layer_norm(z: np.ndarray, a: Arrays, which: str) -> np.ndarray:
     return y.numpy()
 
 
-def _stand_ins(a: Arrays):
+def _rms_norm(z: np.ndarray, a: Arrays, which: str) -> np.ndarray:
+    """What the block's RMSNorm `which` gives for `z` (notebook 06's blocks: ε = 1e-6)."""
+    weight = torch.from_numpy(a[f"w:{which}.weight"])
+    return F.rms_norm(torch.from_numpy(z), z.shape[-1:], weight, eps=1e-6).numpy()
+
+
+def _stand_ins(a: Arrays, norm=_layer_norm):
     f1 = lambda z: np.tanh(z @ a["f1_weight"]) + a["f1_bias"]  # noqa: E731
     f2 = lambda z: z @ a["f2_weight"]  # noqa: E731
-    ln1 = lambda z: _layer_norm(z, a, "norm1")  # noqa: E731
-    ln2 = lambda z: _layer_norm(z, a, "norm2")  # noqa: E731
+    ln1 = lambda z: norm(z, a, "norm1")  # noqa: E731
+    ln2 = lambda z: norm(z, a, "norm2")  # noqa: E731
     return f1, f2, ln1, ln2
 
 
@@ -72,17 +78,28 @@ def _residual_scaled_terms(
 
 
 def _pre_ln_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]] | None:
+    return _pre_norm_terms(key, a, _layer_norm, "LN")
+
+
+def _pre_rms_norm_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]] | None:
+    """As `_pre_ln_terms`, each norm an RMSNorm (notebook 06's `PreRMSNormBlock`)."""
+    return _pre_norm_terms(key, a, _rms_norm, "RMS")
+
+
+def _pre_norm_terms(key: str, a: Arrays, norm, n: str) -> tuple[str, dict[str, np.ndarray]] | None:
+    """The terms of a Pre-norm block whose norms compute `norm`, said `n` ("LN", "RMS")."""
     if "f1_weight" not in a:
         return None
-    f1, f2, ln1, ln2 = _stand_ins(a)
+    f1, f2, norm1, norm2 = _stand_ins(a, norm)
     x = a["x"]
-    u = x + f1(ln1(x))
+    u = x + f1(norm1(x))
     if key == "what norm1 receives":
         return "x belongs", {"x": x, "F₁(x)": f1(x)}
     if key == "what norm2 receives":
-        return "u = x + F₁(LN₁(x)) belongs", {"x": x, "F₁(LN₁(x))": f1(ln1(x)), "LN₁(x)": ln1(x)}
-    terms = {"u": u, "F₂(LN₂(u))": f2(ln2(u)), "LN₂(u)": ln2(u)}
-    return "u + F₂(LN₂(u)) belongs, with u = x + F₁(LN₁(x))", terms
+        terms = {"x": x, f"F₁({n}₁(x))": f1(norm1(x)), f"{n}₁(x)": norm1(x)}
+        return f"u = x + F₁({n}₁(x)) belongs", terms
+    terms = {"u": u, f"F₂({n}₂(u))": f2(norm2(u)), f"{n}₂(u)": norm2(u)}
+    return f"u + F₂({n}₂(u)) belongs, with u = x + F₁({n}₁(x))", terms
 
 
 def _stack_terms(key: str, a: Arrays) -> tuple[str, dict[str, np.ndarray]]:
@@ -178,4 +195,58 @@ ENCODER_PROPERTIES = (
     batch_independence,
     Combination("output", _stack_terms, structural=True),
     final_norm_reads,
+)
+
+
+# --- notebook 06's PreRMSNormBlock: its attention, read off the weights it gives
+
+
+@sentence_for("how much q_norm and k_norm normalize")
+def qk_norm_inputs(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+    """In `_sa_block`, `q_norm` normalizes the queries and `k_norm` the keys, each as many values
+    as the queries hold (in one call for all heads, or one a head); the values are not
+    normalized."""
+    if np.array_equal(got, want):
+        return ""
+    q, k = (f"{n:g}" for n in got)
+    return (
+        f"in `_sa_block`, `q_norm` normalizes {q} and `k_norm` {k} times as many values as the "
+        "queries hold; each should normalize one projection, `q_norm` the queries and `k_norm` "
+        "the keys (the values are not normalized)"
+    )
+
+
+@sentence_for("attention weights")
+def attention_rows(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+    """Each query's attention weights are a distribution over the keys: the last dim sums to 1."""
+    if got.shape != want.shape or np.allclose(got.sum(-1), 1, atol=1e-6):
+        return ""
+    over = " (they sum to 1 over the queries, dim -2)" if np.allclose(got.sum(-2), 1) else ""
+    sums = got.sum(-1)
+    return (
+        f"each query's attention weights should sum to 1 over the keys (the last dim); yours "
+        f"sum to between {sums.min():.3g} and {sums.max():.3g}{over}"
+    )
+
+
+@sentence_for("how much the attention weights move")
+def attention_kept(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+    """With QK-norm the logits do not depend on the size of the query and key weights: the
+    attention weights move by a rounding error when those grow. A move of order one says that
+    the queries or keys reach the dot product with their size: not normalized per head."""
+    moved = float(np.abs(got).max())
+    if not np.isfinite(moved) or moved < 1e-3:
+        return ""
+    return (
+        f"your attention weights move by up to {moved:.2g} when the query and key weights "
+        f"grow ×{float(inputs['grown']):g}, where QK-norm keeps them (a move below 1e-5): "
+        "queries and keys reach the dot product with their size, not normalized"
+    )
+
+
+QK_NORM_BLOCK_PROPERTIES = (
+    *_block_properties(_pre_rms_norm_terms),
+    qk_norm_inputs,
+    attention_rows,
+    attention_kept,
 )

@@ -269,6 +269,19 @@ LIBRARY_STACKS = Family(
     ),
 )
 
+# The QK-norm exercise asks for the attention itself: torch's fused attention computes its
+# softmax(q kᵀ / √d) v in one call, and its module the whole sublayer.
+ATTENTION = Family(
+    operators=(
+        "aten::scaled_dot_product_attention",
+        "aten::_scaled_dot_product_attention_math",
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "aten::_native_multi_head_attention",
+    ),
+    python=("torch.nn.functional:multi_head_attention_forward",),
+    classes=("MultiheadAttention",),
+)
+
 # The course's own init of notebook 04's experiments: refused by name only in DeepNormBlock (the
 # reference blocks' constructor calls it), whose initialization is half of Exercise 4.
 DEEPNORM_INIT = Family(classes=("xavier_init_",))

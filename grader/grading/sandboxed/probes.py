@@ -500,3 +500,46 @@ PROBES = {
         probe_my_batch_norm,
     )
 }
+
+
+QK_NORM_PARTS = {
+    "attention weights": ("attention weights",),
+    "attention sublayer": ("output of the attention sublayer", "how much q_norm and k_norm"),
+}
+QK_GROWN = "how much the attention weights move when the query and key weights grow"
+QK_NORMALIZED = "how much q_norm and k_norm normalize, in queries"
+
+
+def probe_qk_norm_block(block_cls, a: Arrays) -> dict[str, torch.Tensor]:
+    """The block whole, or its sublayers replaced by stand-ins (both as `probe_block`); with
+    `a["attention"]`, its attention alone: the weights `attention(x)` gives, the output of
+    `_sa_block(x)` and how many values `q_norm` and `k_norm` each normalize there, in multiples
+    of the queries' (so that one call for all heads and one call per head count alike; the part
+    `a["judged"]` names); with `a["grown"]`, how much `attention(x)` moves when the query and
+    key weights grow that much."""
+    if "attention" not in a:
+        return probe_block(block_cls, a)
+    d, heads, d_ff = (int(v) for v in a["dims"])
+    block = block_cls(d, heads, d_ff)
+    _own_work(block_cls, block, LIBRARY_BLOCKS)
+    block = _load(block, a)
+    (x,) = tensors(a, "x")
+    with torch.no_grad():
+        before = snapshot(block.attention(x))
+        if "grown" in a:
+            for projection in (block.q_proj, block.k_proj):
+                projection.weight.mul_(float(a["grown"]))
+            return {QK_GROWN: snapshot(block.attention(x)) - before}
+        normalized = {"q_norm": 0, "k_norm": 0}
+        for name in normalized:
+            getattr(block, name).register_forward_hook(
+                lambda _, inputs, __, name=name: normalized.__setitem__(
+                    name, normalized[name] + inputs[0].numel()
+                )
+            )
+        out = {"output of the attention sublayer": snapshot(block._sa_block(x))}
+    out[QK_NORMALIZED] = np.array(list(normalized.values())) / x.numel()
+    return judged({"attention weights": before} | out, a, QK_NORM_PARTS)
+
+
+PROBES[probe_qk_norm_block.__name__] = probe_qk_norm_block
