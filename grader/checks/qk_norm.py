@@ -50,7 +50,7 @@ NORMS = ("q_norm", "k_norm", "norm1", "norm2")
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
 
 
-def _weights(rng: np.random.Generator, d: int, heads: int, d_ff: int) -> Arrays:
+def _random_weights(rng: np.random.Generator, d: int, heads: int, d_ff: int) -> Arrays:
     """Random float64 weights in the block's `state_dict` layout, each norm's weight drawn
     around 1 with spread 0.4, so that no misplaced or missing norm hides behind an identity
     weight."""
@@ -79,7 +79,7 @@ def _case(
     """One block's weights, an input of `scale` and the cotangent its backward pass starts
     from; with `stand_in`, the stand-in sublayers' weights; with `attention`, the part of the
     attention judged (or, with `grown`, the factor the query and key weights grow by)."""
-    case = _weights(rng, d, heads, d_ff) | {"dims": np.array([d, heads, d_ff])}
+    case = _random_weights(rng, d, heads, d_ff) | {"dims": np.array([d, heads, d_ff])}
     case["x"] = scale * rng.standard_normal((batch, seq, d))
     case["cotangent"] = rng.standard_normal((batch, seq, d))
     if stand_in:
