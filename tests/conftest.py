@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import textwrap
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,11 @@ from course_walk import walked_once
 
 import norm_utils
 from grader.checks import EXERCISES, Exercise, run
+from grader.checks.core import StudentError, judge, outputs_of, prepare
 from grader.course.config import assignments
 from grader.course.intake import answer_source, exercises_of, setup_code, source_notebook
 from grader.grading.sandboxed.calling import load_answer
+from normcheck import run_answer
 
 # The browser tests' fixtures: the browser, a page per test, the screenshots' folder.
 pytest_plugins = ["browser_fixtures"]
@@ -37,6 +40,7 @@ LONGEST_FIRST = (
     "test_faults.py",
     "test_browser.py",
     "test_course.py",
+    "test_checks_seeds.py",
     "test_checks.py",
     "test_grading.py",
     "test_serve.py",
@@ -143,3 +147,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+@cache
+def _prepared(name: str, seed: int):
+    return prepare(EXERCISES[name], hidden=True, seed=seed)
+
+
+def graded(exercise: Exercise, answer: Any, seed: int) -> Any:
+    """run(exercise, answer, hidden=True, seed=seed, source=""), with the checks' inputs and
+    expected outputs prepared once a seed and shared by the exercise's known mistakes, as a
+    grading run shares them with its students: each mistake's outputs, which tell it apart, are
+    computed once a seed, not again for every mistake judged (nine networks for MyBatchNorm1d).
+    The answer gets a copy of the inputs, so that none can change what the next one is judged on.
+    """
+    ready = _prepared(exercise.name, seed)
+    inputs = [{k: v.copy() for k, v in case.items()} for _, case in ready.planned]
+    outputs, integrity = run_answer(exercise, answer, inputs, "")
+    return judge(exercise, ready.planned, outputs, integrity, ready.expected)
+
+
+def outputs_or_error(exercise: Exercise, impl: Any, inputs: dict) -> Any:
+    """The answer's outputs on `inputs`, or the StudentError it raised."""
+    try:
+        return outputs_of(exercise, impl, inputs)
+    except Exception as error:  # a mistake need not apply to every input
+        return StudentError(type(error).__name__, str(error))

@@ -190,6 +190,7 @@ def _xavier_uniform_deepnorm(d_model, n_heads, d_ff, num_layers):
     return block
 
 
+@pytest.mark.slow  # 40 seeds × six width-512 blocks: the full run only
 def test_a_correct_init_drawn_another_way_passes_the_init_checks_for_every_seed(monkeypatch):
     """The init checks compare two random draws (the answer's, the reference's): any correct
     init passes them, whatever its law and order, for every grading seed."""
