@@ -114,13 +114,21 @@ def _case(
     else:
         case = {f"w:{k}": v for k, v in _block_weights(rng, d, d_ff, switch_off).items()}
         case["dims"] = np.array([d, heads, d_ff])
-    case["x"] = scale * rng.standard_normal((batch, seq, d))
-    case["cotangent"] = rng.standard_normal((batch, seq, d))
+    return case | block_inputs(rng, d, batch, seq, scale, stand_in)
+
+
+def block_inputs(
+    rng: np.random.Generator, d: int, batch: int, seq: int, scale: float, stand_in: bool
+) -> Arrays:
+    """A block's input of `scale`, the cotangent its backward pass starts from and, with
+    `stand_in`, the weights of the stand-in sublayers F₁(z) = tanh(z A) + c, F₂(z) = z B."""
+    inputs = {"x": scale * rng.standard_normal((batch, seq, d))}
+    inputs["cotangent"] = rng.standard_normal((batch, seq, d))
     if stand_in:
-        case["f1_weight"] = rng.normal(0, 1.5 * d**-0.5, (d, d))
-        case["f1_bias"] = rng.normal(0, 0.5, d)
-        case["f2_weight"] = rng.normal(0, d**-0.5, (d, d))
-    return case
+        inputs["f1_weight"] = rng.normal(0, 1.5 * d**-0.5, (d, d))
+        inputs["f1_bias"] = rng.normal(0, 0.5, d)
+        inputs["f2_weight"] = rng.normal(0, d**-0.5, (d, d))
+    return inputs
 
 
 # ---------------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from torch import nn
 
 from grader.checks.core import FLOAT64, Arrays, Exercise, hidden, known_mistake, visible
 from grader.checks.library import ATTENTION, LIBRARY_BLOCKS, LIBRARY_STACKS, forbid
+from grader.checks.placement import block_inputs
 from grader.grading.sandboxed.probes import probe_qk_norm_block
 from grader.reference.modern import PreRMSNormBlock
 from normcheck.structure import QK_NORM_BLOCK_PROPERTIES
@@ -80,12 +81,7 @@ def _case(
     from; with `stand_in`, the stand-in sublayers' weights; with `attention`, the part of the
     attention judged (or, with `grown`, the factor the query and key weights grow by)."""
     case = _random_weights(rng, d, heads, d_ff) | {"dims": np.array([d, heads, d_ff])}
-    case["x"] = scale * rng.standard_normal((batch, seq, d))
-    case["cotangent"] = rng.standard_normal((batch, seq, d))
-    if stand_in:
-        case["f1_weight"] = rng.normal(0, 1.5 * d**-0.5, (d, d))
-        case["f1_bias"] = rng.normal(0, 0.5, d)
-        case["f2_weight"] = rng.normal(0, d**-0.5, (d, d))
+    case |= block_inputs(rng, d, batch, seq, scale, stand_in)
     if attention:
         case["attention"] = np.array(True)
         case["judged"] = np.array(attention)

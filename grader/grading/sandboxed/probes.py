@@ -463,10 +463,10 @@ def probe_deepnorm_block(block_cls, a: Arrays) -> dict[str, torch.Tensor]:
     attn = block.self_attn
     weights = (*attn.in_proj_weight.chunk(3), attn.out_proj.weight)
     weights += (block.linear1.weight, block.linear2.weight)
+    read = {INIT_WEIGHTS[int(i)]: weights[int(i)] for i in a["init weights"]}
     return {
-        INIT_GAIN.format(INIT_WEIGHTS[i]): w.detach().double().std() * (sum(w.shape) / 2) ** 0.5
-        for i in a["init weights"]
-        for w in (weights[int(i)],)
+        INIT_GAIN.format(name): w.detach().double().std() * (sum(w.shape) / 2) ** 0.5
+        for name, w in read.items()
     }
 
 
