@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -60,6 +60,11 @@ def _edit_first_answer(edit: Callable[[str, str], str]) -> Callable[[str], Noteb
         return nb
 
     return build
+
+
+def _in_first_notebook(build: Callable[[str], Notebook]) -> Callable[[str], Notebook]:
+    """`build` for the first assignment, the solution for the others."""
+    return lambda a: build(a) if a == assignments()[0] else _solution(a)
 
 
 def _strip_metadata(a: str) -> Notebook:
@@ -117,7 +122,6 @@ class Profile:
     description: str
     build: Callable[[str], Notebook | str | None]  # a notebook, raw text, or None (missing)
     expected: Callable[[str], dict[str, float]]
-    only: dict[str, Callable[[str], Notebook]] = field(default_factory=dict)
 
 
 def _mistake(
@@ -156,10 +160,11 @@ PROFILES: dict[str, Profile] = {
         _edit_first_answer(lambda src, name: "import os\n\nos._exit(3)\n" + src),
         _all_but_first,
     ),
+    # One loop is enough to show the timeout, and each costs a grading run the whole limit.
     "gus": Profile(
-        "loops forever in the first answer",
-        _edit_first_answer(lambda src, name: "while True:\n    pass\n" + src),
-        _all_but_first,
+        "loops forever in the first answer of the first notebook",
+        _in_first_notebook(_edit_first_answer(lambda src, name: "while True:\n    pass\n" + src)),
+        lambda a: _all_but_first(a) if a == assignments()[0] else _full(a),
     ),
     "hal": Profile("editor stripped all metadata, changed kernel", _strip_metadata, _full),
     "mia": Profile(
