@@ -163,10 +163,15 @@ def test_test_cell_points_equal_the_checks_points(assignment):
         assert points == EXERCISES[name].points, name
 
 
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_the_solution_passes_nbgrader_validate(assignment):
-    result = nbgrader("validate", str(notebook_path(SOLUTIONS, assignment)))
-    assert "Success! Your notebook passes all the tests." in result.stdout, result.stdout
+def test_every_solution_passes_nbgrader_validate():
+    """One command for all the notebooks: nbgrader starts once (2.4 s), not once a notebook."""
+    result = nbgrader("validate", *(str(notebook_path(SOLUTIONS, a)) for a in ASSIGNMENTS))
+    verdicts = [
+        line for line in result.stdout.splitlines() if line.startswith(("Success", "VALID"))
+    ]
+    assert verdicts == ["Success! Your notebook passes all the tests."] * len(ASSIGNMENTS), (
+        result.stdout
+    )
 
 
 def test_nbgraders_validate_passes_no_test_of_the_untouched_student_version():
