@@ -1,7 +1,7 @@
 """The layers docs/architecture.md draws hold where import-linter cannot see: what a command
 loads at run time. `grader export`, `grader feedback` and `grader report` read the gradebook and
 the stored results, and load no torch (a second or more of each command's time), nor the
-parsers jsonschema would build for a format no notebook uses (grader/__init__.py)."""
+parsers jsonschema would build for a format no notebook uses (pyproject.toml's jsonschema pin)."""
 
 import subprocess
 import sys
@@ -28,6 +28,15 @@ def test_reading_the_gradebook_loads_neither_torch_nor_grammar_parsers(command):
     code += f"heavy = {heavy!r}\nprint({loaded}[:3])"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", f"grader {command} imports {done.stdout}"
+
+
+def test_nothing_that_reads_a_notebook_builds_grammar_parsers():
+    """nbformat (so every nbgrader command, JupyterLab and each test worker) validates with
+    jsonschema; it must not load rfc3987_syntax's parsers, built at import in 1 to 2.6 s."""
+    code = "import sys, nbformat, nbgrader.apps, jupyter_events.validators\n"
+    code += "print(sorted(m for m in ('rfc3987_syntax', 'lark') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", f"reading a notebook imports {done.stdout}"
 
 
 @pytest.mark.parametrize("command", ["export", "feedback", "report"])
