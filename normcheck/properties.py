@@ -736,16 +736,18 @@ class RunningAverage:
                 f"{self.statistic}: a running statistic moves by (1 − momentum)·old + "
                 f"momentum·new"
             )
+        # a module the check built without a momentum runs with the default it hands out
+        momentum = "momentum" if "momentum" in inputs else "the default momentum"
         if abs(b - m) > 1e-3:
             swapped = abs(b - (1 - m)) < 1e-3
             hint = " (1 − momentum: the Keras convention)" if swapped else ""
             return (
                 f"this batch's {self.statistic} enters {key} with weight {b:.3g}{hint}, not "
-                f"momentum = {m:g}"
+                f"{momentum} = {m:g}"
             )
         if old_weight is not None and abs(old_weight - (1 - m)) > 1e-3:
             return (
-                f"the old value of {key} keeps weight {old_weight:.3g}, not 1 − momentum = "
+                f"the old value of {key} keeps weight {old_weight:.3g}, not 1 − {momentum} = "
                 f"{1 - m:g}"
             )
         return ""
@@ -763,9 +765,16 @@ def _batch_norm_first_step(which: int) -> History:
         if batch is None:
             return None
         old = a["running_mean" if which == 0 else "running_var"]
-        return old, _channel_stats(batch, 1)[which], float(a["momentum"])
+        return old, _channel_stats(batch, 1)[which], _given(a, "momentum")
 
     return history
+
+
+def _given(a: Arrays, name: str) -> float:
+    """The value of the argument `name` the answer runs with: the one the check passes, or, for
+    a module the check builds without it, the default its `__init__` is handed out with (the
+    case's `default <name>`)."""
+    return float(a[name] if name in a else a[f"default {name}"])
 
 
 def _masked_single_step(which: int) -> History:
@@ -792,6 +801,42 @@ def evaluated_on_the_batch(key: str, inputs: Arrays, got: np.ndarray, want: np.n
     return (
         f"{key} is normalized with the evaluation batch's own statistics: with "
         "training=False, BatchNorm normalizes with `running_mean` and `running_var`"
+    )
+
+
+def _short(value: float) -> str:
+    """1e-05 as '1e-5', 0.0001 as '1e-4', 0.5 as '0.5': a small constant as the course writes it."""
+    if value == 0 or abs(value) >= 1e-2:
+        return f"{value:.3g}"
+    mantissa, exponent = f"{value:.2e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+@sentence_for("output of the evaluation call")
+def default_eps(key: str, inputs: Arrays, got: np.ndarray, want: np.ndarray) -> str:
+    """A module the check built without an `eps`, given its running statistics, evaluates
+    (x − running_mean) / √(running_var + ε) with the default ε its `__init__` is handed out with:
+    that ε is read back from its output, value by value, where the running variance is close to
+    it (the case's `default eps`)."""
+    if "default eps" not in inputs or "eps" in inputs or got.shape != want.shape:
+        return ""
+    x = inputs["evaluation batch"].astype(np.float64)
+    mean, var = (inputs[k].astype(np.float64) for k in ("running_mean", "running_var"))
+    y = _without_affine(got.astype(np.float64), inputs, per_channel=True)
+    if y is None or not np.all(np.isfinite(y)):
+        return ""
+    read = np.abs(y) > 0.1 * np.abs(y).max()  # away from 0, where the ratio is well defined
+    eps = (((x - mean) / np.where(read, y, 1.0)) ** 2 - var)[read]
+    default = float(inputs["default eps"])
+    # one ε for every value (to rounding), else the output is wrong otherwise: say nothing
+    if eps.size == 0 or np.ptp(eps) > 1e-3 * (var.max() + np.abs(eps).max()):
+        return ""
+    added = float(np.median(eps))
+    if abs(added - default) <= 1e-2 * default:
+        return ""
+    return (
+        f"built with its defaults, your module adds ε = {_short(added)} to the variance, not "
+        f"the default eps = {_short(default)} its `__init__` is handed out with"
     )
 
 

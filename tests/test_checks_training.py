@@ -5,16 +5,18 @@ of SEEDS, is tested for every exercise, this one included, in tests/test_checks.
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
-from conftest import SEEDS, cheats_earn_nothing, known_mistake
+from conftest import SEEDS, answer_from, cheats_earn_nothing, graded, known_mistake
 from torch import nn
 
 from grader.checks import run
-from grader.checks.training import MY_BATCH_NORM_1D, _trained
+from grader.checks.training import DEFAULTS, MY_BATCH_NORM_1D, _trained
 from grader.grading.sandboxed.probes import EVAL_ACCURACY, _sgd_step, probe_my_batch_norm
 from norm_utils.training import digit_arrays
 
@@ -115,3 +117,63 @@ def test_the_digits_are_scikit_learns_to_the_bit():
     data = load_digits()
     assert np.array_equal(images, (data.data / 16).astype(np.float32))
     assert np.array_equal(labels, data.target) and labels.dtype == np.int64
+
+
+# The handed-out line of the answer cell, and what the checks built with no eps or momentum see.
+HANDED_OUT = "def __init__(self, num_features, eps=1e-5, momentum=0.1):"
+BUILT_WITH_DEFAULTS = "built with its defaults"
+
+
+def _with_init(solutions, line: str):
+    """The solution with its handed-out `__init__` line replaced by `line`."""
+    source = solutions["MyBatchNorm1d"][1]
+    assert HANDED_OUT in source
+    return answer_from(source.replace(HANDED_OUT, line), "MyBatchNorm1d")
+
+
+def test_the_defaults_the_checks_compare_with_are_the_handed_out_ones(solutions):
+    """The checks built with no eps or momentum compare with the reference's defaults: those the
+    answer cell hands out and the exercise's text names."""
+    answer, source = solutions["MyBatchNorm1d"]
+    assert HANDED_OUT in source
+    given = inspect.signature(answer).parameters
+    assert {k: given[k].default for k in DEFAULTS} == DEFAULTS == {"eps": 1e-5, "momentum": 0.1}
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        (
+            "def __init__(self, num_features, eps=1e-4, momentum=0.1):",
+            "your module adds ε = 1e-4 to the variance, not the default eps = 1e-5",
+        ),
+        (
+            "def __init__(self, num_features, eps=1e-5, momentum=1.0):",
+            "with weight 1, not the default momentum = 0.1",
+        ),
+    ],
+    ids=["eps", "momentum"],
+)
+def test_a_changed_default_loses_its_check_and_is_said(solutions, line, said):
+    """The two mutants that once kept full marks (docs/mutants.md): every other check gives the
+    module its eps and momentum, so only the check built with its defaults sees them; it costs
+    its 0.25 and says which default changed, in the student's own check() too."""
+    verdict = graded(MY_BATCH_NORM_1D, _with_init(solutions, line), SEEDS[0])
+    failed = [o for o in verdict.outcomes if not o.passed]
+    assert [o.check.description.startswith(BUILT_WITH_DEFAULTS) for o in failed] == [True]
+    assert verdict.score == verdict.max_score - 0.25, verdict.render()
+    assert said in verdict.render() and said in verdict.visible().render()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "def __init__(self, num_features, momentum=0.1, eps=1e-5):",
+        "def __init__(self, num_features, *, eps=10**-5, momentum=1 / 10):",
+        "def __init__(self, num_features, eps=0.00001, momentum=.1, **unused):",
+    ],
+    ids=["keyword order", "keyword-only", "other spellings"],
+)
+def test_the_defaults_written_another_legal_way_keep_full_marks(solutions, line):
+    verdict = graded(MY_BATCH_NORM_1D, _with_init(solutions, line), SEEDS[0])
+    assert verdict.score == verdict.max_score, verdict.render()

@@ -14,16 +14,28 @@ reference's trajectory up to rounding: its accuracy is within a few test digits 
 reference's. The check allows 0.2 either way, and a norm that does not normalize in evaluation
 mode (running statistics never updated) falls far below it (tests/test_checks_training.py).
 
-Rubric (8 points): the training outputs 2 (the table of notebook 02, and batches of 4 values per
-channel, which tell the biased variance), the running statistics 2 (the stored variance and the
-momentum's weight), the evaluation 1 (its visible twin 0.5), trained in the network 3 (its visible
-twin 1.5): the point
-of the notebook, a module that trains a deep net and serves it in evaluation mode. Per-sample
-statistics (LayerNorm's axis) are a wrong structure, capped at 3: such a norm still trains the
-network, which is what the training check sees, but it is not a BatchNorm.
+Every check but two builds the module with an eps and a momentum given; those two build it with
+the defaults its `__init__` is handed out with (`MyBatchNorm1d(num_features)`, eps 1e-5 and
+momentum 0.1, the reference's) and compare with the reference built the same way: the
+evaluation where the running variance is close to the default eps, which reads back the ε the
+module adds (`normcheck.properties.default_eps`), and the running statistics after one step,
+which read back the weight of the batch (`RunningAverage`). So a student who edits the handed-out
+defaults loses their points and is told which default changed. They are visible, as the default
+eps of notebook 06's `rms_norm_upcast` is: a default is one value whatever the inputs, and the
+student's own `check()` sees it.
+
+Rubric (8 points): the training outputs 1.75 (the table of notebook 02, and batches of 4 values
+per channel, which tell the biased variance), the running statistics 1.75 (the stored variance
+and the momentum's weight), the defaults 0.5 (eps 0.25, momentum 0.25), the evaluation 1 (its
+visible twin 0.5), trained in the network 3 (its visible twin 1.5): the point of the notebook, a
+module that trains a deep net and serves it in evaluation mode. Per-sample statistics
+(LayerNorm's axis) are a wrong structure, capped at 3: such a norm still trains the network,
+which is what the training check sees, but it is not a BatchNorm.
 """
 
 from __future__ import annotations
+
+import inspect
 
 import numpy as np
 from torch import nn
@@ -36,7 +48,12 @@ from grader.grading.sandboxed import probes
 from grader.grading.sandboxed.probes import probe_my_batch_norm
 from grader.reference.modules import BatchNorm
 from norm_utils.training import digit_arrays
-from normcheck.properties import BATCH_NORM_RUNNING, BATCH_NORM_TRAINING, evaluated_on_the_batch
+from normcheck.properties import (
+    BATCH_NORM_RUNNING,
+    BATCH_NORM_TRAINING,
+    default_eps,
+    evaluated_on_the_batch,
+)
 
 # ---------------------------------------------------------------------------------------------
 # The classic slips, as modules: notebook 02's functional variants called with the module's state
@@ -103,6 +120,35 @@ MODULE_MISTAKES = tuple(
 )
 
 # ---------------------------------------------------------------------------------------------
+# The module built with its defaults: what `MyBatchNorm1d(num_features)` runs with
+
+# The defaults the exercise hands out, `MyBatchNorm1d(num_features, eps=1e-5, momentum=0.1)`: the
+# reference's, which the checks built with no eps or momentum compare with.
+DEFAULTS = {
+    name: inspect.signature(BatchNorm).parameters[name].default for name in ("eps", "momentum")
+}
+
+
+def _with_defaults(case: Arrays) -> Arrays:
+    """`case` with no eps or momentum, so that the probe builds the module with its defaults;
+    the case says them as `default eps` and `default momentum`, for the properties' words."""
+    given = {k: v for k, v in case.items() if k not in DEFAULTS}
+    return given | {f"default {k}": np.array(v) for k, v in DEFAULTS.items()}
+
+
+def _near_the_default_eps(rng: np.random.Generator) -> Arrays:
+    """Evaluation of 8 samples of 4 features whose running variance is 0.5 to 2 times the
+    default eps, where ε moves the output by a factor of √1.5 to √3; the running mean and the
+    deviations of the size of the running std, so that no term cancels in float32."""
+    std = np.sqrt(DEFAULTS["eps"] * rng.uniform(0.5, 2.0, 4))
+    mean = std * rng.standard_normal(4)
+    x = mean + std * rng.standard_normal((8, 4))
+    case = _bn_case(rng, [], x.astype(np.float32))
+    case["running_mean"], case["running_var"] = mean.astype(np.float32), (std**2).astype(np.float32)
+    return _with_defaults(case)
+
+
+# ---------------------------------------------------------------------------------------------
 # The network's case: the digits, split by the check's generator, and the notebook's recipe
 
 # 600 of the 1,797 digits to train on, the other 1,197 held out; 24 SGD steps: a third of
@@ -145,7 +191,7 @@ MY_BATCH_NORM_1D = Exercise(
     probe=probe_my_batch_norm,
     forbidden=forbid(*NORMALIZATIONS),
     mistakes=MODULE_MISTAKES,
-    properties=(BATCH_NORM_TRAINING, *BATCH_NORM_RUNNING, evaluated_on_the_batch),
+    properties=(BATCH_NORM_TRAINING, *BATCH_NORM_RUNNING, evaluated_on_the_batch, default_eps),
     structure=Structure("statistics per feature, over the batch", cap=3),
     checks=(
         visible(
@@ -159,7 +205,7 @@ MY_BATCH_NORM_1D = Exercise(
             judging("running statistics", lambda rng: _bn_steps(rng, (64, 5), affine=True)),
         ),
         hidden(
-            1.5,
+            1.25,
             "batches of 4 values per feature, momentum 0.3, with weight and bias: outputs",
             judging(
                 "training outputs",
@@ -169,7 +215,7 @@ MY_BATCH_NORM_1D = Exercise(
             atol=1e-4,
         ),
         hidden(
-            1.5,
+            1.25,
             "batches of 4 values per feature, momentum 0.3: running statistics",
             judging(
                 "running statistics", lambda rng: _bn_steps(rng, (4, 5), steps=4, momentum=0.3)
@@ -194,6 +240,22 @@ MY_BATCH_NORM_1D = Exercise(
             _trained,
             twin=1.5,
             **TRAINED,
+        ),
+        # last, so that every other check draws the inputs it drew before they were added
+        visible(
+            0.25,
+            "built with its defaults, MyBatchNorm1d(num_features): evaluation mode where the "
+            "running variance is close to the default eps",
+            judging("evaluation", _near_the_default_eps),
+        ),
+        visible(
+            0.25,
+            "built with its defaults, MyBatchNorm1d(num_features): running statistics after a "
+            "training step from running statistics elsewhere than 0 and 1",
+            judging(
+                "running statistics",
+                lambda rng: _with_defaults(_bn_steps(rng, (64, 3), steps=1, random_start=True)),
+            ),
         ),
     ),
 )

@@ -290,11 +290,12 @@ def probe_pool(masked_mean_pool, a: Arrays) -> Arrays:
 
 def _my_batch_norm_scenario(module_cls, a: Arrays) -> Arrays:
     """The scenario of `probe_batch_norm`, run on a module: built with the case's eps and
-    momentum, given its weight, bias and starting running statistics where the case has them
-    (else the module's own initial values), then called in training mode on each training batch
-    and in evaluation mode on the evaluation batch."""
+    momentum (with its own defaults, `module_cls(num_features)`, where the case gives none),
+    given its weight, bias and starting running statistics where the case has them (else the
+    module's own initial values), then called in training mode on each training batch and in
+    evaluation mode on the evaluation batch."""
     c = a["evaluation batch"].shape[1]
-    bn = module_cls(c, eps=float(a["eps"]), momentum=float(a["momentum"]))
+    bn = module_cls(c, **{k: float(a[k]) for k in ("eps", "momentum") if k in a})
     with torch.no_grad():
         for name in ("weight", "bias", "running_mean", "running_var"):
             if name in a:
