@@ -21,9 +21,12 @@ import sys
 import time
 from pathlib import Path
 
+import jsonschema
 import nbformat
+import nbgrader.nbgraderformat.common
 import pytest
 from nbgrader.api import Gradebook
+from nbgrader.nbgraderformat import MetadataValidator, ValidationError
 from nbgrader.preprocessors import SaveAutoGrades
 from nbgrader.utils import is_solution
 from sqlalchemy import event
@@ -34,7 +37,7 @@ from grader.cli import main as cli
 from grader.course import Course, CourseBusy, notebook_path
 from grader.course.config import REPO, SOLUTIONS, assignments
 from grader.course.intake import Submission
-from grader.gradebook.records import cell_scores
+from grader.gradebook.records import cell_scores, one_gradebook_session
 from grader.grading.grade import Limits, grade_in_one_runner
 from grader.grading.prestarted import prestarted
 from grader.grading.sandbox import RUNNER_ROOT, Sandbox, available
@@ -237,6 +240,38 @@ def test_a_notebook_is_committed_to_the_gradebook_once(course_copy):
     assert [o.problem for o in outcomes if o.problem] == []
     # nbgrader alone commits over a dozen times a notebook
     assert len(commits) <= 2 * len(outcomes), len(commits)
+
+
+def metadata_verdicts(notebook) -> list[str]:
+    """nbgrader's cell-metadata check of each graded cell of `notebook`, metadata corrupted
+    three ways: its error for each ('' when it passes)."""
+    verdicts, validator = [], MetadataValidator()
+    for cell in notebook.cells:
+        if "nbgrader" not in cell.metadata:
+            continue
+        for corrupt in ({}, {"points": "two"}, {"grade_id": 7}, {"solution": None}):
+            meta = cell.metadata.nbgrader
+            broken = copy.deepcopy(cell)
+            broken.metadata.nbgrader = {**meta, **corrupt}
+            try:
+                validator.validate_cell(broken)
+                verdicts.append("")
+            except ValidationError as error:
+                verdicts.append(str(error))
+    return verdicts
+
+
+def test_the_metadata_check_while_recording_refuses_what_nbgraders_own_refuses():
+    """While a batch records, nbgrader's cell-metadata check checks its schema once
+    (`records._SchemaCheckedOnce`): every cell's metadata is still validated, with the same
+    verdicts and errors, and nbgrader's own check is back afterwards."""
+    notebook = nbformat.read(notebook_path(SOLUTIONS, FIRST_NOTEBOOK), as_version=4)
+    stock = metadata_verdicts(notebook)
+    assert "" in stock and len(set(stock)) > 2  # valid cells pass, each corruption is refused
+    with one_gradebook_session():
+        assert metadata_verdicts(notebook) == stock
+    assert metadata_verdicts(notebook) == stock
+    assert nbgrader.nbgraderformat.common.jsonschema is jsonschema
 
 
 def test_a_notebook_nbgrader_fails_to_record_halfway_leaves_nothing_recorded(

@@ -47,6 +47,10 @@ def nbgrader_config(course: Course) -> Config:
         AssignLatePenalties,
         CheckCellMetadata,
     ]
+    # nbconvert validates the notebook against nbformat's schema after each preprocessor (six
+    # times in each of autograde's two passes); optimistic: once, after the last, which still
+    # refuses a notebook left invalid (only the preprocessor named in the error may differ).
+    config.Autograde.NotebookExporter.optimistic_validation = True
     # Strip hidden-test markers wherever a student pasted them, instead of failing.
     config.ClearHiddenTests.enforce_metadata = False
     config.GenerateFeedback.preprocessors = [

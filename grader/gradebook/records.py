@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import json
 import os
 import shutil
 import sqlite3
@@ -18,7 +19,9 @@ from collections.abc import Collection, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path, PurePath
 
+import jsonschema
 import nbformat
+import nbgrader.nbgraderformat.common
 from nbgrader.api import Gradebook, MissingEntry, SubmittedNotebook
 from nbgrader.apps import NbGraderAPI
 
@@ -214,7 +217,8 @@ def one_gradebook_session() -> Iterator[None]:
     for module in modules:
         modules[module], module.Gradebook = module.Gradebook, shared
     try:
-        yield
+        with _schema_checked_once():
+            yield
     finally:
         for module, previous in modules.items():
             module.Gradebook = previous
@@ -223,6 +227,39 @@ def one_gradebook_session() -> Iterator[None]:
         for gradebook, session in own.items():
             gradebook.db = session
             gradebook.close()
+
+
+class _SchemaCheckedOnce:
+    """`jsonschema` as nbgrader's cell-metadata check uses it (`jsonschema.validate` only, in
+    `nbgrader.nbgraderformat.common`), with the schema itself checked once: `jsonschema.validate`
+    checks the schema against its meta-schema before every instance, that is for every graded
+    cell of every notebook, twice a notebook (nbgrader's `CheckCellMetadata` runs in both of
+    autograde's passes), and that check was most of the metadata check's cost. Each instance is
+    still validated in full, and an invalid one raises the same error (`best_match`)."""
+
+    def __init__(self) -> None:
+        self._validators: dict[str, object] = {}
+
+    def validate(self, instance, schema) -> None:
+        key = json.dumps(schema, sort_keys=True)
+        if key not in self._validators:
+            cls = jsonschema.validators.validator_for(schema)
+            cls.check_schema(schema)
+            self._validators[key] = cls(schema)
+        error = jsonschema.exceptions.best_match(self._validators[key].iter_errors(instance))
+        if error is not None:
+            raise error
+
+
+@contextmanager
+def _schema_checked_once() -> Iterator[None]:
+    """While recording a batch, nbgrader's cell-metadata check checks its schema once."""
+    common = nbgrader.nbgraderformat.common
+    previous, common.jsonschema = common.jsonschema, _SchemaCheckedOnce()
+    try:
+        yield
+    finally:
+        common.jsonschema = previous
 
 
 # --- what the gradebook holds --------------------------------------------------------------------
