@@ -34,7 +34,13 @@ from sqlalchemy.orm import Session
 
 from grader.autograde import GradebookLost, autograde, register_all
 from grader.cli import main as cli
-from grader.course import Course, CourseBusy, notebook_path
+from grader.course import (
+    Course,
+    CourseBusy,
+    nbgrader_metadata,
+    notebook_path,
+    set_nbgrader_metadata,
+)
 from grader.course.config import REPO, SOLUTIONS, assignments
 from grader.course.intake import Submission
 from grader.gradebook.records import cell_scores, one_gradebook_session
@@ -247,12 +253,12 @@ def metadata_verdicts(notebook) -> list[str]:
     three ways: its error for each ('' when it passes)."""
     verdicts, validator = [], MetadataValidator()
     for cell in notebook.cells:
-        if "nbgrader" not in cell.metadata:
+        meta = nbgrader_metadata(cell)
+        if not meta:
             continue
         for corrupt in ({}, {"points": "two"}, {"grade_id": 7}, {"solution": None}):
-            meta = cell.metadata.nbgrader
             broken = copy.deepcopy(cell)
-            broken.metadata.nbgrader = {**meta, **corrupt}
+            set_nbgrader_metadata(broken, {**meta, **corrupt})
             try:
                 validator.validate_cell(broken)
                 verdicts.append("")
