@@ -8,7 +8,7 @@ convention everywhere: a bool tensor, True = real token.
 - `answers`: yours_or, the student's answer in a demo, or the library's while it is a stub
 - `bag_of_words`: notebook 02's text classifier on length-bucketed batches
 - `blocks`: Encoder, TinyLM, and the helpers of notebook 04's experiments
-- `gradients`: numerical_grad (finite differences) and autograd_gradients, to check a backward
+- `gradients`: numerical_grad (finite differences) and autograd's gradients, to check a backward
 - `masking`: pad_sequences
 - `data`, `plotting`: seeded toy data and the figures the notebooks share
 """

@@ -1,11 +1,22 @@
-"""Gradients the backward exercises are compared with: finite differences and autograd."""
+"""Gradients the backward exercises are compared with: finite differences and autograd.
 
-from collections.abc import Callable
+`autograd_layer_norm_backward` and `autograd_batch_norm_backward` take the arguments of
+notebooks 01's and 02's backward exercises: the demos use them while an exercise is a stub. The
+checks refuse autograd in an answer, so calling them there earns nothing.
+"""
+
+from collections.abc import Callable, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["autograd_gradients", "numerical_grad"]
+__all__ = [
+    "autograd_batch_norm_backward",
+    "autograd_gradients",
+    "autograd_layer_norm_backward",
+    "numerical_grad",
+]
 
 
 def numerical_grad(f: Callable[[Tensor], Tensor], x: Tensor, h: float = 1e-6) -> Tensor:
@@ -58,3 +69,37 @@ def autograd_gradients(
         forward(x, weight, bias), [x, weight, bias], grad_out
     )
     return grad_x, grad_weight, grad_bias
+
+
+def autograd_layer_norm_backward(
+    grad_out: Tensor,
+    x: Tensor,
+    normalized_shape: Sequence[int],
+    weight: Tensor | None = None,
+    eps: float = 1e-5,
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """``(grad_x, grad_weight, grad_bias)`` of ``F.layer_norm`` by autograd."""
+
+    def forward(x: Tensor, w: Tensor | None, b: Tensor | None) -> Tensor:
+        return F.layer_norm(x, normalized_shape, w, b, eps)
+
+    return autograd_gradients(forward, grad_out, x, weight)
+
+
+def autograd_batch_norm_backward(
+    grad_out: Tensor,
+    x: Tensor,
+    running_mean: Tensor,
+    running_var: Tensor,
+    weight: Tensor | None = None,
+    training: bool = False,
+    eps: float = 1e-5,
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """``(grad_x, grad_weight, grad_bias)`` of ``F.batch_norm`` by autograd, in training mode
+    (the batch's statistics) or evaluation mode (the running ones, which it leaves unchanged)."""
+
+    def forward(x: Tensor, w: Tensor | None, b: Tensor | None) -> Tensor:
+        stats = running_mean.clone(), running_var.clone()  # a training call updates them
+        return F.batch_norm(x, *stats, w, b, training=training, eps=eps)
+
+    return autograd_gradients(forward, grad_out, x, weight)

@@ -54,24 +54,30 @@ def _run_all(assignment: str, answers: dict[str, str] | None = None) -> nbformat
 
 
 def _fallbacks(assignment: str) -> list[tuple[str, Any, str]]:
-    """(exercise, what its demo falls back on, the demo cell's source) for every
-    `yours_or(answer, library, ...)` of the solution notebook, with the functions its demo cells
-    define run after the imports cell."""
+    """(exercise, what its demo falls back on, the source of the demo cell that defines it) for
+    every `yours_or(answer, library, ...)` of the solution notebook, with the imports and
+    functions of the demo cells up to it run after the imports cell."""
     notebook = source_notebook(assignment)
     namespace: dict[str, Any] = {"__name__": "__demo__"}
     exec(setup_code(notebook), namespace)
-    found = []
+    found, defined_in = [], {}
     for cell in notebook.cells:
-        if cell.cell_type != "code" or "yours_or(" not in cell.source:
+        if cell.cell_type != "code" or "nbgrader" in cell.metadata:
             continue
         tree = ast.parse(cell.source)
-        defs = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
+        defs = [
+            n for n in tree.body if isinstance(n, ast.FunctionDef | ast.Import | ast.ImportFrom)
+        ]
         exec(compile(ast.Module(defs, type_ignores=[]), "<demo>", "exec"), namespace)
+        defined_in |= {n.name: cell.source for n in defs if isinstance(n, ast.FunctionDef)}
+        if "yours_or(" not in cell.source:
+            continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "yours_or":
                 answer, library = node.args[:2]
                 fallback = eval(compile(ast.Expression(library), "<demo>", "eval"), namespace)
-                found.append((answer.id, fallback, cell.source))
+                source = defined_in.get(getattr(library, "id", ""), cell.source)
+                found.append((answer.id, fallback, source))
     return found
 
 
