@@ -163,15 +163,13 @@ def test_test_cell_points_equal_the_checks_points(assignment):
         assert points == EXERCISES[name].points, name
 
 
-def test_every_solution_passes_nbgrader_validate():
-    """One command for all the notebooks: nbgrader starts once (2.4 s), not once a notebook."""
-    result = nbgrader("validate", *(str(notebook_path(SOLUTIONS, a)) for a in ASSIGNMENTS))
-    verdicts = [
-        line for line in result.stdout.splitlines() if line.startswith(("Success", "VALID"))
-    ]
-    assert verdicts == ["Success! Your notebook passes all the tests."] * len(ASSIGNMENTS), (
-        result.stdout
-    )
+def test_a_solution_passes_nbgrader_validate():
+    """nbgrader's own command on one solution. Every solution is executed by nbval
+    (`solutions/` in make test), which fails on any cell that raises and on any check's verdict
+    other than the stored one (a full pass): what validate would say of each, without executing
+    all six a second time (55 s of the suite)."""
+    result = nbgrader("validate", str(notebook_path(SOLUTIONS, ASSIGNMENTS[0])))
+    assert "Success! Your notebook passes all the tests." in result.stdout, result.stdout
 
 
 def test_nbgraders_validate_passes_no_test_of_the_untouched_student_version():
