@@ -13,9 +13,9 @@ must be the service's: a task graded against another is refused), GRADER_UNSAFE_
 
 Delivery: a task is acknowledged once graded (`acks_late`), so a worker killed mid-task leaves
 it to be delivered again (`task_reject_on_worker_lost`; a whole worker lost, after the broker's
-visibility timeout); each worker takes one task at a time (`worker_prefetch_multiplier=1`). A
-task is keyed by its submission's fingerprint: delivered twice, it is graded twice and recorded
-once, by the service.
+visibility timeout, within the 10 s between the workers' sweeps); each worker takes one task at
+a time (`worker_prefetch_multiplier=1`). A task is keyed by its submission's fingerprint:
+delivered twice, it is graded twice and recorded once, by the service.
 """
 
 from __future__ import annotations
@@ -54,7 +54,14 @@ app.conf.update(
     result_serializer="json",
     accept_content=["json"],
     result_expires=7 * 24 * 3600,
-    broker_transport_options={"visibility_timeout": VISIBILITY_SECONDS},
+    # The workers sweep for tasks past their visibility timeout every 10 s (kombu's default
+    # interval), each sweep a scan: its default throttle of 10 would leave a lost worker's task
+    # up to 100 s more in the broker.
+    broker_transport_options={
+        "visibility_timeout": VISIBILITY_SECONDS,
+        "unacked_restore_interval": 10,
+        "unacked_restore_throttle": 1,
+    },
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
 )
