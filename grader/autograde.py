@@ -189,8 +189,12 @@ def sandboxed(
 ) -> tuple[Sandbox, Limits]:
     """The sandbox (hiding the answer key `source`) and limits student code is graded with;
     raises SandboxUnavailable."""
-    limits = Limits(wall_seconds=wall_seconds, processes=SANDBOX_PROCESSES)
-    return grader.grading.sandbox.Sandbox(source), limits
+    return grader.grading.sandbox.Sandbox(source), sandbox_limits(wall_seconds)
+
+
+def sandbox_limits(wall_seconds: float = EXERCISE_SECONDS) -> Limits:
+    """What each exercise may use in the sandbox."""
+    return Limits(wall_seconds=wall_seconds, processes=SANDBOX_PROCESSES)
 
 
 class GradeThenInject(InjectResults):
@@ -281,7 +285,10 @@ def autograde(
     Raises:
         CourseBusy: another run holds the course. GradebookLost: see `records.gradebook_problem`.
         Interrupted: a stop signal came; the finished notebooks are recorded, nothing else.
+        SandboxUnavailable: the sandbox's runner cannot start; nothing was graded.
     """
+    if isinstance(sandbox, Sandbox):  # made with wait=False: its check ends before any grading
+        sandbox.check_runner_starts()
     with course.lock(), _stop_on_signals():
         problem = records.gradebook_problem(course)
         if problem and not force:

@@ -221,7 +221,7 @@ def test_without_a_sandbox_autograde_refuses_in_one_line_creating_nothing(
 ):
     import grader.grading.sandbox
 
-    def unavailable(source):
+    def unavailable(*args):
         raise grader.grading.sandbox.SandboxUnavailable("bubblewrap is not installed")
 
     monkeypatch.setattr(grader.grading.sandbox, "Sandbox", unavailable)
@@ -573,3 +573,26 @@ def test_the_demo_says_a_correct_notebooks_missing_points_are_the_written_answer
     for assignment, points in short.items():
         assert (f"{points:g} in {assignment}" in note) == (points > 0)
     assert "written answers" in note
+
+
+@pytest.mark.skipif(not sandbox_available(), reason="bubblewrap is not installed")
+def test_a_runner_that_cannot_start_refuses_autograde_in_one_line_creating_nothing(
+    tmp_path, monkeypatch, capsys
+):
+    """The sandbox's start-up check runs while autograde imports the grading pipeline; its
+    failure is still a refusal before the course folder is opened or made."""
+    import grader.grading.sandbox
+
+    shown = grader.grading.sandbox.visible_paths
+
+    def without_the_reference(keys):  # stands for anything the runner needs and cannot see
+        visible, masked = shown(keys)
+        return [p for p in visible if p != REPO / "norm_utils"], masked
+
+    monkeypatch.setattr(grader.grading.sandbox, "visible_paths", without_the_reference)
+    course = tmp_path / "course"
+    submissions = make(tmp_path / "SUB", f"ada/{ASSIGNMENT}/{NOTEBOOK}")
+    error = refusal_line(["autograde", str(submissions), "--course", str(course)], capsys)
+    assert error.startswith("grader autograde: error: the sandboxed runner cannot start")
+    assert "No module named 'norm_utils'" in error
+    assert not course.exists()

@@ -85,8 +85,10 @@ def available() -> bool:
 class Sandbox:
     """Builds the bubblewrap command line for a job, each job with a uid of its own."""
 
-    def __init__(self, source: Path = SOLUTIONS) -> None:
-        """`source`: the course source graded against, an answer key the runner never sees."""
+    def __init__(self, source: Path = SOLUTIONS, wait: bool = True) -> None:
+        """`source`: the course source graded against, an answer key the runner never sees.
+        `wait=False` lets the check that the runner starts (`check_runner_starts`) run while the
+        caller goes on; it must then call that before any student code runs."""
         if not available():
             raise SandboxUnavailable(
                 "bubblewrap is not installed (apt-get install bubblewrap); refusing to run "
@@ -105,7 +107,11 @@ class Sandbox:
         self.answer_keys = answer_keys(source)
         self.visible, self.masked = visible_paths(self.answer_keys)
         self._check_answer_key_hidden()
-        self._check_runner_starts(source)
+        self._runner_check: tuple[subprocess.Popen, tempfile.TemporaryDirectory] | None = None
+        self._runner_problem = ""
+        self._start_runner_check(source)
+        if wait:
+            self.check_runner_starts()
 
     def _check_answer_key_hidden(self) -> None:
         """Refuse when the answer key lies inside a folder the runner must see (a checkout that
@@ -119,23 +125,35 @@ class Sandbox:
                     "runner must see: move it (or the course's checkout) out of there"
                 )
 
-    def _check_runner_starts(self, source: Path) -> None:
-        """Start Python in the sandbox once and run what the runner runs before any student
-        code (its imports and every notebook's imports cell). If it cannot, every student would
-        get 0 for the grader's own fault: refuse, and say why."""
+    def _start_runner_check(self, source: Path) -> None:
+        """Start Python in the sandbox once, running what the runner runs before any student
+        code (its imports and every notebook's imports cell)."""
         runner = f"import {RUNNER_MODULE}"
         probe = [sys.executable, "-P", "-c", "\n".join([runner, *setup_cells(source)])]
-        with tempfile.TemporaryDirectory(prefix="grader-probe-") as job:
-            done = subprocess.run(
-                self.command(probe, Path(job)),
-                env=runner_env(Path(job)),
-                capture_output=True,
-                text=True,
-            )
-        if done.returncode != 0:
-            lines = done.stderr.strip().splitlines()
-            reason = lines[-1] if lines else f"exit status {done.returncode}"
-            raise SandboxUnavailable(self._why_not(reason))
+        job = tempfile.TemporaryDirectory(prefix="grader-probe-")
+        process = subprocess.Popen(
+            self.command(probe, Path(job.name)),
+            env=runner_env(Path(job.name)),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self._runner_check = process, job
+
+    def check_runner_starts(self) -> None:
+        """Wait for the check `__init__` started: if the runner could not start, every student
+        would get 0 for the grader's own fault, so raise SandboxUnavailable saying why."""
+        if self._runner_check is not None:
+            process, job = self._runner_check
+            with job:
+                stderr = process.communicate()[1]
+            self._runner_check = None
+            if process.returncode != 0:
+                lines = stderr.strip().splitlines()
+                reason = lines[-1] if lines else f"exit status {process.returncode}"
+                self._runner_problem = self._why_not(reason)
+        if self._runner_problem:
+            raise SandboxUnavailable(self._runner_problem)
 
     def _why_not(self, reason: str) -> str:
         closed = _closed_to_others(self.visible) if self.as_root else []
