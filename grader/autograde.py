@@ -287,7 +287,7 @@ def autograde(
         Interrupted: a stop signal came; the finished notebooks are recorded, nothing else.
         SandboxUnavailable: the sandbox's runner cannot start; nothing was graded.
     """
-    if isinstance(sandbox, Sandbox):  # made with wait=False: its check ends before any grading
+    if isinstance(sandbox, Sandbox):  # a no-op unless made with wait=False
         sandbox.check_runner_starts()
     with course.lock(), _stop_on_signals():
         problem = records.gradebook_problem(course)

@@ -4,12 +4,13 @@ feedback, export, report, collect, roster, demo for instructors; check for stude
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import math
 import shutil
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from grader.course import Layout
@@ -86,26 +87,41 @@ def _source(args: argparse.Namespace) -> Path:
         raise UsageError(str(error)) from None
 
 
-def _isolation(args: argparse.Namespace, source: Path):
+def _isolation(args: argparse.Namespace, source: Path, wait: bool = True):
     """The sandbox (hiding the answer key `source`) and limits to grade with; refuses (exit 2)
     when bubblewrap is missing unless the instructor explicitly accepts running student code
-    unsandboxed."""
-    from grader.autograde import sandbox_limits
-    from grader.grading.grade import Limits
-
+    unsandboxed. With `wait=False`, the sandbox's start-up check (Python and torch in a fresh
+    runner, 2 s) runs on while this process imports the grading pipeline (1.5 s); the caller
+    then waits for it with `_runner_started`."""
     if args.unsafe_no_sandbox:
+        from grader.grading.grade import Limits
+
         return None, Limits(wall_seconds=args.timeout)
-    return _sandbox(source), sandbox_limits(args.timeout)
+    with _refused_without_sandbox():
+        from grader.grading.sandbox import Sandbox
+
+        sandbox = Sandbox(source, wait)
+    from grader.autograde import sandbox_limits
+
+    return sandbox, sandbox_limits(args.timeout)
 
 
-def _sandbox(source: Path, wait: bool = True):
-    """The sandbox hiding the answer key `source`; refused (exit 2) when it cannot be made."""
-    from grader.grading.sandbox import Sandbox, SandboxUnavailable
+@contextlib.contextmanager
+def _refused_without_sandbox() -> Iterator[None]:
+    """A sandbox that cannot be made or whose runner cannot start: refused, exit 2."""
+    from grader.grading.sandbox import SandboxUnavailable
 
     try:
-        return Sandbox(source, wait)
+        yield
     except SandboxUnavailable as error:
         raise UsageError(str(error)) from None
+
+
+def _runner_started(sandbox) -> None:
+    """Wait for the sandbox's start-up check, if any; refused (exit 2) if its runner failed."""
+    if sandbox is not None:
+        with _refused_without_sandbox():
+            sandbox.check_runner_starts()
 
 
 def _autograde(args: argparse.Namespace) -> int:
@@ -113,7 +129,6 @@ def _autograde(args: argparse.Namespace) -> int:
     the run is refused, 128 + N when stopped by signal N."""
     from grader.course import CannotStart
     from grader.course.discovery import layout_problem
-    from grader.grading.sandbox import SandboxUnavailable
 
     _refuse_an_older_config(args.course)
     source = _source(args)
@@ -122,20 +137,12 @@ def _autograde(args: argparse.Namespace) -> int:
     if problem:
         raise UsageError(problem)
     _refuse_unknown_names(args)
-    # The sandbox's start-up check (Python and torch in a fresh runner, 2 s) runs while this
-    # process imports the grading pipeline (1.5 s).
-    sandbox = None if args.unsafe_no_sandbox else _sandbox(source, wait=False)
-    from grader.autograde import Interrupted, autograde, not_handed_in, sandbox_limits
+    sandbox, limits = _isolation(args, source, wait=False)
+    from grader.autograde import Interrupted, autograde, not_handed_in
     from grader.gradebook.config import open_course
     from grader.gradebook.records import gradable
-    from grader.grading.grade import Limits
 
-    limits = Limits(wall_seconds=args.timeout) if sandbox is None else sandbox_limits(args.timeout)
-    if sandbox is not None:  # its check ends before anything is opened or created
-        try:
-            sandbox.check_runner_starts()
-        except SandboxUnavailable as error:
-            raise UsageError(str(error)) from None
+    _runner_started(sandbox)  # before anything is opened or created
     course = open_course(args.course, source)
     _refuse_unreleased(course, args.assignment or ())
     try:

@@ -107,9 +107,8 @@ class Sandbox:
         self.answer_keys = answer_keys(source)
         self.visible, self.masked = visible_paths(self.answer_keys)
         self._check_answer_key_hidden()
-        self._runner_check: tuple[subprocess.Popen, tempfile.TemporaryDirectory] | None = None
-        self._runner_problem = ""
-        self._start_runner_check(source)
+        self._runner_check: tuple[subprocess.Popen, tempfile.TemporaryDirectory] | None
+        self._runner_check, self._runner_problem = self._start_runner_check(source), ""
         if wait:
             self.check_runner_starts()
 
@@ -125,7 +124,9 @@ class Sandbox:
                     "runner must see: move it (or the course's checkout) out of there"
                 )
 
-    def _start_runner_check(self, source: Path) -> None:
+    def _start_runner_check(
+        self, source: Path
+    ) -> tuple[subprocess.Popen, tempfile.TemporaryDirectory]:
         """Start Python in the sandbox once, running what the runner runs before any student
         code (its imports and every notebook's imports cell)."""
         runner = f"import {RUNNER_MODULE}"
@@ -138,7 +139,7 @@ class Sandbox:
             stderr=subprocess.PIPE,
             text=True,
         )
-        self._runner_check = process, job
+        return process, job
 
     def check_runner_starts(self) -> None:
         """Wait for the check `__init__` started: if the runner could not start, every student
